@@ -1,0 +1,113 @@
+//! Extractors for what every route takes: the `{id}` path segment with its delimiter, the
+//! query string, and a JSON body that clients may send absent, as `null` or as an object.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use crate::catalog::names::{self, DEFAULT_DELIMITER, Id};
+use crate::error::{Error, Result};
+
+/// The object a request names: its id (from the path) and the delimiter it was written with.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub id: Id,
+    pub delimiter: String,
+}
+
+impl Target {
+    pub fn show(&self) -> String {
+        names::join(&self.id, &self.delimiter)
+    }
+
+    /// Checks a body's `id` against the path's: the spec wants 400 when they differ.
+    pub fn check_body_id(&self, body_id: Option<&Vec<String>>) -> Result<()> {
+        match body_id {
+            Some(id) if *id != self.id => Err(Error::invalid(format!(
+                "the body names {:?} but the path names {:?}",
+                id, self.id
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The `delimiter` query parameter, default `$`.
+pub fn delimiter_of(query: Option<&str>) -> Result<String> {
+    let delimiter = query
+        .and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "delimiter")
+                .map(|(_, v)| v.into_owned())
+        })
+        .unwrap_or_else(|| DEFAULT_DELIMITER.to_string());
+    if delimiter.is_empty() {
+        return Err(Error::invalid(
+            "the delimiter query parameter must not be empty",
+        ));
+    }
+    Ok(delimiter)
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Target {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self> {
+        // Every route with an {id} is `/v1/<object>/{id}/...`. The segment is read from the
+        // raw path, still percent-encoded: a `+` must become a space *before* decoding, or a
+        // literal `+` (sent as `%2B`) could not be told from a space.
+        let raw = parts
+            .uri
+            .path()
+            .split('/')
+            .nth(3)
+            .map(str::to_string)
+            .ok_or_else(|| Error::invalid("the route has no {id}"))?;
+        let delimiter = delimiter_of(parts.uri.query())?;
+        let id = names::parse_path_id(&raw, &delimiter)?;
+        Ok(Target { id, delimiter })
+    }
+}
+
+/// Query parameters, parsed leniently (unknown keys ignored); a bad value is InvalidInput.
+pub struct QueryOf<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryOf<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self> {
+        let query = parts.uri.query().unwrap_or_default();
+        serde_urlencoded::from_str(query)
+            .map(QueryOf)
+            .map_err(|e| Error::invalid(format!("bad query string: {e}")))
+    }
+}
+
+/// A JSON body; an absent body or a literal `null` reads as the default value.
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonBody<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            Error::invalid("the request body could not be read").with_detail(e.body_text())
+        })?;
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| Error::invalid("the request body is not UTF-8"))?
+            .trim();
+        if text.is_empty() || text == "null" {
+            return Ok(JsonBody(T::default()));
+        }
+        serde_json::from_str(text).map(JsonBody).map_err(|e| {
+            Error::invalid("the request body is not the JSON this operation takes")
+                .with_detail(e.to_string())
+        })
+    }
+}
+
+/// Reads a boolean flag that may arrive in the query (which wins) or in the body.
+pub fn flag(query: Option<bool>, body: Option<bool>, default: bool) -> bool {
+    query.or(body).unwrap_or(default)
+}

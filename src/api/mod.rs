@@ -1,0 +1,212 @@
+//! HTTP only: the router, the middleware every request passes through, and the routes of
+//! the spec that are not served yet (answered with Unsupported, code 0).
+
+pub mod error;
+pub mod extract;
+pub mod namespace;
+pub mod table;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, Method, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{BoxError, Json, Router};
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::catalog::Catalog;
+use crate::error::Error;
+use crate::vend::Vendor;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub catalog: Arc<Catalog>,
+    pub vendor: Arc<Vendor>,
+}
+
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The spec's table routes that lance-gateway does not serve yet.
+const UNSERVED_TABLE_ROUTES: &[&str] = &[
+    "create",
+    "insert",
+    "merge_insert",
+    "update",
+    "delete",
+    "query",
+    "count_rows",
+    "explain_plan",
+    "analyze_plan",
+    "restore",
+    "stats",
+    "add_columns",
+    "alter_columns",
+    "drop_columns",
+    "backfill_column",
+    "update_field_metadata",
+    "schema_metadata/update",
+    "create_index",
+    "create_scalar_index",
+    "index/list",
+    "index/{index_name}/stats",
+    "index/{index_name}/drop",
+    "tags/list",
+    "tags/version",
+    "tags/create",
+    "tags/delete",
+    "tags/update",
+    "branches/list",
+    "branches/create",
+    "branches/delete",
+    "version/list",
+    "version/create",
+    "version/describe",
+    "version/delete",
+    "refresh",
+];
+
+pub fn router(state: AppState, limits: &Limits) -> Router {
+    let mut routes = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/namespace/{id}/create", post(namespace::create))
+        .route("/v1/namespace/{id}/list", get(namespace::list))
+        // `/v1/namespace/./list` with the `.` delimiter arrives here after the client's URL
+        // library normalises the dot away (clients.md §1.1): that is the root.
+        .route("/v1/namespace/list", get(list_root_namespaces))
+        .route("/v1/namespace/{id}/describe", post(namespace::describe))
+        .route("/v1/namespace/{id}/drop", post(namespace::drop))
+        .route("/v1/namespace/{id}/exists", post(namespace::exists))
+        .route("/v1/namespace/{id}/table/list", get(namespace::list_tables))
+        .route("/v1/table", get(table::list_all))
+        .route("/v1/table/{id}/declare", post(table::declare))
+        // The pre-0.7 name of DeclareTable, still sent by old clients.
+        .route("/v1/table/{id}/create-empty", post(table::declare))
+        .route("/v1/table/{id}/register", post(table::register))
+        .route("/v1/table/{id}/describe", post(table::describe))
+        .route("/v1/table/{id}/exists", post(table::exists))
+        .route("/v1/table/{id}/drop", post(table::drop))
+        .route("/v1/table/{id}/deregister", post(table::deregister))
+        .route("/v1/table/{id}/rename", post(table::rename))
+        .route("/v1/table/version/batch-create", any(unsupported))
+        .route("/v1/table/batch-commit", any(unsupported))
+        .route("/v1/transaction/{id}/describe", any(unsupported))
+        .route("/v1/transaction/{id}/alter", any(unsupported))
+        .route("/v1/materialized_view/{id}/create", any(unsupported))
+        .route("/v1/materialized_view/{id}/refresh", any(unsupported));
+    for op in UNSERVED_TABLE_ROUTES {
+        routes = routes.route(&format!("/v1/table/{{id}}/{op}"), any(unsupported));
+    }
+    let timeout = limits.request_timeout;
+    routes
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(middleware::from_fn(move |req: Request, next: Next| with_timeout(req, next, timeout)))
+        .layer(middleware::from_fn(scope_request_path))
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+                .layer(
+                    TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                        let id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
+                        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+                    }),
+                )
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
+        )
+}
+
+/// Runs the rest of the request with its path recorded for error bodies.
+async fn scope_request_path(req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    error::REQUEST_PATH.scope(path, next.run(req)).await
+}
+
+async fn with_timeout(req: Request, next: Next, timeout: Duration) -> Response {
+    match tokio::time::timeout(timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => Error::unavailable(format!(
+            "the request took longer than {}s",
+            timeout.as_secs()
+        ))
+        .into_response(),
+    }
+}
+
+/// Collapses repeated slashes and drops a trailing one before routing: the Lance client
+/// appends `/v1/...` to the configured URI verbatim, so `uri/` gives `//v1/...`.
+pub fn normalize_path(mut req: Request) -> Request {
+    let path = req.uri().path();
+    if path.contains("//") || (path.len() > 1 && path.ends_with('/')) {
+        let mut clean = String::with_capacity(path.len());
+        for ch in path.chars() {
+            if ch == '/' && clean.ends_with('/') {
+                continue;
+            }
+            clean.push(ch);
+        }
+        if clean.len() > 1 && clean.ends_with('/') {
+            clean.pop();
+        }
+        let rebuilt = match req.uri().query() {
+            Some(q) => format!("{clean}?{q}"),
+            None => clean,
+        };
+        if let Ok(uri) = rebuilt.parse::<Uri>() {
+            *req.uri_mut() = uri;
+        }
+    }
+    req
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, Error> {
+    state.catalog.ready().await?;
+    Ok(Json(serde_json::json!({ "status": "ready" })))
+}
+
+async fn list_root_namespaces(
+    state: State<AppState>,
+    query: extract::QueryOf<namespace::PageQuery>,
+) -> Result<Json<lance_namespace::models::ListNamespacesResponse>, Error> {
+    let target = extract::Target {
+        id: Vec::new(),
+        delimiter: ".".into(),
+    };
+    namespace::list(state, target, query).await
+}
+
+async fn unsupported(method: Method, uri: Uri) -> Error {
+    Error::unsupported(format!(
+        "{method} {} is not supported by lance-gateway yet",
+        uri.path()
+    ))
+}
+
+async fn no_route(method: Method, uri: Uri) -> Error {
+    Error::unsupported(format!("no such operation: {method} {}", uri.path()))
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> Error {
+    Error::unsupported(format!("{} does not take {method}", uri.path()))
+}
+
+/// Turns an error from a tower layer into the spec's error body.
+pub fn layer_error(err: BoxError) -> Error {
+    Error::internal("request failed", err)
+}

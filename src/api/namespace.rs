@@ -1,0 +1,122 @@
+//! Namespace routes: create, list, describe, drop, exists, and the tables of a namespace.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use lance_namespace::models::{
+    CreateNamespaceRequest, CreateNamespaceResponse, DescribeNamespaceRequest,
+    DescribeNamespaceResponse, DropNamespaceRequest, DropNamespaceResponse, ListNamespacesResponse,
+    ListTablesResponse, NamespaceExistsRequest,
+};
+use serde::Deserialize;
+
+use super::AppState;
+use super::extract::{JsonBody, QueryOf, Target};
+use crate::catalog::{CreateMode, DropBehavior, DropMode};
+use crate::error::Result;
+
+#[derive(Deserialize, Default)]
+pub struct PageQuery {
+    pub page_token: Option<String>,
+    pub limit: Option<i64>,
+    pub include_declared: Option<bool>,
+}
+
+impl PageQuery {
+    /// `limit` as a count; absent (or 0 or less, which some clients send for "no limit") = all.
+    pub fn limit(&self) -> Option<usize> {
+        self.limit.filter(|l| *l > 0).map(|l| l as usize)
+    }
+
+    pub fn token(&self) -> Option<&str> {
+        self.page_token.as_deref().filter(|t| !t.is_empty())
+    }
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<CreateNamespaceRequest>,
+) -> Result<Json<CreateNamespaceResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    let mode = CreateMode::parse(req.mode.as_deref())?;
+    let properties = state
+        .catalog
+        .create_namespace(&target.id, mode, req.properties.unwrap_or_default())
+        .await?;
+    Ok(Json(CreateNamespaceResponse {
+        properties: Some(properties),
+        ..Default::default()
+    }))
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    target: Target,
+    QueryOf(q): QueryOf<PageQuery>,
+) -> Result<Json<ListNamespacesResponse>> {
+    let listing = state
+        .catalog
+        .list_namespaces(&target.id, q.token(), q.limit())
+        .await?;
+    Ok(Json(ListNamespacesResponse {
+        namespaces: listing.items,
+        page_token: listing.next,
+        ..Default::default()
+    }))
+}
+
+pub async fn describe(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<DescribeNamespaceRequest>,
+) -> Result<Json<DescribeNamespaceResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    let properties = state.catalog.describe_namespace(&target.id).await?;
+    Ok(Json(DescribeNamespaceResponse {
+        properties: Some(properties),
+        ..Default::default()
+    }))
+}
+
+pub async fn drop(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<DropNamespaceRequest>,
+) -> Result<Json<DropNamespaceResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    let mode = DropMode::parse(req.mode.as_deref())?;
+    let behavior = DropBehavior::parse(req.behavior.as_deref())?;
+    state
+        .catalog
+        .drop_namespace(&target.id, mode, behavior)
+        .await?;
+    Ok(Json(DropNamespaceResponse::default()))
+}
+
+pub async fn exists(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<NamespaceExistsRequest>,
+) -> Result<StatusCode> {
+    target.check_body_id(req.id.as_ref())?;
+    state.catalog.namespace_exists(&target.id).await?;
+    Ok(StatusCode::OK)
+}
+
+pub async fn list_tables(
+    State(state): State<AppState>,
+    target: Target,
+    QueryOf(q): QueryOf<PageQuery>,
+) -> Result<Json<ListTablesResponse>> {
+    let include_declared = q.include_declared.unwrap_or(true);
+    let listing = state
+        .catalog
+        .list_tables(&target.id, q.token(), q.limit(), include_declared)
+        .await?;
+    Ok(Json(ListTablesResponse {
+        tables: listing.items,
+        page_token: listing.next,
+        ..Default::default()
+    }))
+}

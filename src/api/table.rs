@@ -1,0 +1,245 @@
+//! Table metadata routes: declare, register, describe, exists, list-all, drop, deregister,
+//! rename.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use lance_namespace::models::{
+    DeclareTableRequest, DeclareTableResponse, DeregisterTableRequest, DeregisterTableResponse,
+    DescribeTableRequest, DescribeTableResponse, DropTableRequest, DropTableResponse,
+    ListTablesResponse, RegisterTableRequest, RegisterTableResponse, RenameTableResponse,
+    TableBasicStats, TableExistsRequest,
+};
+use serde::Deserialize;
+
+use super::AppState;
+use super::extract::{JsonBody, QueryOf, Target, delimiter_of, flag};
+use super::namespace::PageQuery;
+use crate::catalog::records::TableRecord;
+use crate::error::{Error, Result};
+
+pub async fn list_all(
+    State(state): State<AppState>,
+    uri: Uri,
+    QueryOf(q): QueryOf<PageQuery>,
+) -> Result<Json<ListTablesResponse>> {
+    let delimiter = delimiter_of(uri.query())?;
+    let include_declared = q.include_declared.unwrap_or(true);
+    let listing = state
+        .catalog
+        .list_all_tables(&delimiter, q.token(), q.limit(), include_declared)
+        .await?;
+    Ok(Json(ListTablesResponse {
+        tables: listing.items,
+        page_token: listing.next,
+        ..Default::default()
+    }))
+}
+
+pub async fn declare(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<DeclareTableRequest>,
+) -> Result<Json<DeclareTableResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    let location = req.location.as_deref().filter(|l| !l.is_empty());
+    let record = state
+        .catalog
+        .declare_table(&target.id, location, req.properties.unwrap_or_default())
+        .await?;
+    let storage_options = state
+        .vendor
+        .options(req.vend_credentials.unwrap_or(true))
+        .await?;
+    Ok(Json(DeclareTableResponse {
+        location: Some(record.location),
+        storage_options: Some(storage_options),
+        properties: Some(record.properties),
+        managed_versioning: Some(false),
+        ..Default::default()
+    }))
+}
+
+pub async fn register(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<RegisterTableRequest>,
+) -> Result<Json<RegisterTableResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    if req.location.trim().is_empty() {
+        return Err(Error::invalid("register needs a location"));
+    }
+    let overwrite = match req
+        .mode
+        .as_deref()
+        .map(|m| m.replace('_', "").to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("") | Some("create") => false,
+        Some("overwrite") => true,
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "unknown mode '{other}': use Create or Overwrite"
+            )));
+        }
+    };
+    let record = state
+        .catalog
+        .register_table(
+            &target.id,
+            &req.location,
+            overwrite,
+            req.properties.unwrap_or_default(),
+        )
+        .await?;
+    Ok(Json(RegisterTableResponse {
+        location: Some(record.location),
+        properties: Some(record.properties),
+        ..Default::default()
+    }))
+}
+
+#[derive(Deserialize, Default)]
+pub struct DescribeQuery {
+    with_table_uri: Option<bool>,
+    load_detailed_metadata: Option<bool>,
+    check_declared: Option<bool>,
+    vend_credentials: Option<bool>,
+}
+
+pub async fn describe(
+    State(state): State<AppState>,
+    target: Target,
+    QueryOf(q): QueryOf<DescribeQuery>,
+    JsonBody(req): JsonBody<DescribeTableRequest>,
+) -> Result<Json<DescribeTableResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    if req.tag.is_some() && (req.version.is_some() || req.branch.is_some()) {
+        return Err(Error::invalid(
+            "tag cannot be combined with version or branch",
+        ));
+    }
+    if req.tag.is_some() || req.branch.is_some() {
+        return Err(Error::unsupported(
+            "describing a tag or a branch is not supported yet",
+        ));
+    }
+    let with_table_uri = flag(q.with_table_uri, req.with_table_uri, false);
+    let detailed = flag(q.load_detailed_metadata, req.load_detailed_metadata, false);
+    let check_declared = flag(q.check_declared, req.check_declared, false);
+    let vend = flag(q.vend_credentials, req.vend_credentials, true);
+
+    let record = state.catalog.describe_table(&target.id).await?;
+    let (table, namespace) = split(&record);
+    let mut response = DescribeTableResponse {
+        table: Some(table),
+        namespace: Some(namespace),
+        table_uri: with_table_uri.then(|| record.location.clone()),
+        storage_options: Some(state.vendor.options(vend).await?),
+        properties: Some(record.properties.clone()),
+        managed_versioning: Some(false),
+        location: Some(record.location.clone()),
+        ..Default::default()
+    };
+    if check_declared || detailed {
+        let has_data = state.catalog.has_data(&record).await?;
+        response.is_only_declared = Some(!has_data);
+        if detailed && has_data {
+            if req.version.is_some() {
+                return Err(Error::unsupported(
+                    "describing an older version is not supported yet",
+                ));
+            }
+            let details = state.catalog.dataset_details(&record).await?;
+            response.version = Some(details.version);
+            response.schema = details.schema.map(Box::new);
+            response.stats = Some(Box::new(TableBasicStats {
+                num_deleted_rows: details.num_deleted_rows as i32,
+                num_fragments: details.num_fragments as i32,
+            }));
+            response.metadata = Some(details.metadata);
+        }
+    }
+    Ok(Json(response))
+}
+
+fn split(record: &TableRecord) -> (String, Vec<String>) {
+    let (name, ns) = record
+        .id
+        .split_last()
+        .map(|(n, ns)| (n.clone(), ns.to_vec()))
+        .unwrap_or_default();
+    (name, ns)
+}
+
+pub async fn exists(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<TableExistsRequest>,
+) -> Result<StatusCode> {
+    target.check_body_id(req.id.as_ref())?;
+    state.catalog.table_exists(&target.id).await?;
+    Ok(StatusCode::OK)
+}
+
+pub async fn drop(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<DropTableRequest>,
+) -> Result<Json<DropTableResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    let record = state.catalog.drop_table(&target.id, true).await?;
+    Ok(Json(DropTableResponse {
+        id: Some(record.id),
+        location: Some(record.location),
+        properties: Some(record.properties),
+        ..Default::default()
+    }))
+}
+
+pub async fn deregister(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<DeregisterTableRequest>,
+) -> Result<Json<DeregisterTableResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    let record = state.catalog.drop_table(&target.id, false).await?;
+    Ok(Json(DeregisterTableResponse {
+        id: Some(record.id),
+        location: Some(record.location),
+        properties: Some(record.properties),
+        ..Default::default()
+    }))
+}
+
+/// RenameTable's body; `new_table_name` is required, so it is parsed here rather than
+/// through the generated model (which would need a `Default` for an absent body).
+#[derive(Deserialize, Default)]
+pub struct RenameBody {
+    id: Option<Vec<String>>,
+    new_table_name: Option<String>,
+    new_namespace_id: Option<Vec<String>>,
+}
+
+pub async fn rename(
+    State(state): State<AppState>,
+    target: Target,
+    JsonBody(req): JsonBody<RenameBody>,
+) -> Result<Json<RenameTableResponse>> {
+    target.check_body_id(req.id.as_ref())?;
+    let name = req
+        .new_table_name
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Error::invalid("rename needs new_table_name"))?;
+    crate::catalog::names::validate_name(&name)?;
+    let mut new_id = match req.new_namespace_id {
+        Some(ns) => {
+            crate::catalog::names::validate_id(&ns, &target.delimiter)?;
+            ns
+        }
+        None => target.id[..target.id.len().saturating_sub(1)].to_vec(),
+    };
+    new_id.push(name);
+    state.catalog.rename_table(&target.id, &new_id).await?;
+    Ok(Json(RenameTableResponse::default()))
+}

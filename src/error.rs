@@ -1,0 +1,120 @@
+//! One error type for the whole gateway. Each variant is one of the Lance Namespace spec's
+//! error codes (spec.md §4.2); `api::error` turns it into the spec's JSON body and status.
+//! Everything below the HTTP layer speaks this type, so a rule in `catalog/` never has to
+//! know which status a client will see.
+
+use std::fmt;
+
+/// The spec's numeric error codes (lance-namespace 0.13.0, `ErrorCode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    Unsupported = 0,
+    NamespaceNotFound = 1,
+    NamespaceAlreadyExists = 2,
+    NamespaceNotEmpty = 3,
+    TableNotFound = 4,
+    TableAlreadyExists = 5,
+    TableVersionNotFound = 11,
+    InvalidInput = 13,
+    ConcurrentModification = 14,
+    ServiceUnavailable = 17,
+    Internal = 18,
+}
+
+impl Code {
+    /// The HTTP status the spec pairs with this code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Code::Unsupported => 406,
+            Code::NamespaceNotFound | Code::TableNotFound | Code::TableVersionNotFound => 404,
+            Code::NamespaceAlreadyExists
+            | Code::NamespaceNotEmpty
+            | Code::TableAlreadyExists
+            | Code::ConcurrentModification => 409,
+            Code::InvalidInput => 400,
+            Code::ServiceUnavailable => 503,
+            Code::Internal => 500,
+        }
+    }
+}
+
+/// A failure with the spec's code, a message safe to show the client, and an optional detail.
+#[derive(Debug, thiserror::Error)]
+pub struct Error {
+    pub code: Code,
+    pub message: String,
+    pub detail: Option<String>,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)?;
+        if let Some(detail) = &self.detail {
+            write!(f, " ({detail})")?;
+        }
+        Ok(())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(Code::Unsupported, message)
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(Code::InvalidInput, message)
+    }
+    pub fn namespace_not_found(id: &str) -> Self {
+        Self::new(
+            Code::NamespaceNotFound,
+            format!("namespace '{id}' not found"),
+        )
+    }
+    pub fn namespace_exists(id: &str) -> Self {
+        Self::new(
+            Code::NamespaceAlreadyExists,
+            format!("namespace '{id}' already exists"),
+        )
+    }
+    pub fn namespace_not_empty(id: &str, what: &str) -> Self {
+        Self::new(
+            Code::NamespaceNotEmpty,
+            format!("namespace '{id}' is not empty: {what}"),
+        )
+    }
+    pub fn table_not_found(id: &str) -> Self {
+        Self::new(Code::TableNotFound, format!("table '{id}' not found"))
+    }
+    pub fn table_exists(id: &str) -> Self {
+        Self::new(
+            Code::TableAlreadyExists,
+            format!("table '{id}' already exists"),
+        )
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(Code::ConcurrentModification, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(Code::ServiceUnavailable, message)
+    }
+    /// An internal failure: the client sees only `message`; `cause` goes to the log.
+    pub fn internal(message: impl Into<String>, cause: impl fmt::Display) -> Self {
+        let message = message.into();
+        tracing::error!(%cause, "{message}");
+        Self::new(Code::Internal, message)
+    }
+}

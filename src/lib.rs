@@ -1,0 +1,13 @@
+//! lance-gateway: a Lance Namespace REST catalog over S3-compatible stores or a local
+//! warehouse. `main.rs` is the command line; `server` wires configuration to the layers:
+//! HTTP (`api`) -> rules (`catalog`) -> objects (`store`), with `vend` and `data` beside.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod catalog;
+pub mod config;
+pub mod data;
+pub mod error;
+pub mod server;
+pub mod store;
+pub mod vend;

@@ -1,0 +1,122 @@
+//! The storage under the catalog: a flat space of objects addressed by `/`-separated keys,
+//! with the two conditional writes S3 offers (create-if-absent and replace-if-ETag-matches)
+//! and a conditional delete. The catalog keeps all of its state in these objects, so the
+//! guarantees a store must give are exactly the ones spelled out on each method, and
+//! `tests/store_conformance.rs` checks every implementation against them.
+//!
+//! Keys are relative to the warehouse. In endpoint mode (`s3://` alone) the first segment of
+//! every key is a bucket name.
+
+pub mod fs;
+pub mod memory;
+pub mod s3;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// An object's content and its entity tag.
+#[derive(Clone, Debug)]
+pub struct Object {
+    pub body: Bytes,
+    pub etag: String,
+}
+
+/// The condition a write or delete is made under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// Unconditional.
+    None,
+    /// Only if no object exists at the key (`If-None-Match: *`).
+    IfAbsent,
+    /// Only if the object exists and still has this ETag (`If-Match`).
+    IfMatch(String),
+}
+
+/// One page of a listing.
+#[derive(Clone, Debug, Default)]
+pub struct Page {
+    /// Full keys, in ascending byte order.
+    pub keys: Vec<String>,
+    /// True when keys after the last one returned may exist.
+    pub more: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The write's or delete's condition did not hold.
+    #[error("precondition failed")]
+    PreconditionFailed,
+    /// The bucket (endpoint mode) does not exist.
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
+    /// Anything else: I/O, network, permissions, a malformed answer.
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type StoreResult<T> = std::result::Result<T, StoreError>;
+
+impl From<StoreError> for crate::error::Error {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::PreconditionFailed => {
+                crate::error::Error::conflict("the catalog changed during the request; retry")
+            }
+            other => crate::error::Error::unavailable("the warehouse store failed")
+                .with_detail(other.to_string()),
+        }
+    }
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Reads an object; `Ok(None)` when it does not exist.
+    async fn get(&self, key: &str) -> StoreResult<Option<Object>>;
+
+    /// Writes an object under `cond` and returns its new ETag. A failed condition is
+    /// `PreconditionFailed` and leaves the object as it was.
+    async fn put(&self, key: &str, body: Bytes, cond: Condition) -> StoreResult<String>;
+
+    /// Deletes an object. `Condition::IfMatch` deletes only that exact version
+    /// (`PreconditionFailed` otherwise, including when it is gone); `Condition::None` deletes
+    /// whatever is there and succeeds when nothing is.
+    async fn delete(&self, key: &str, cond: Condition) -> StoreResult<()>;
+
+    /// Lists keys that start with `prefix` and sort after `start_after`, at most `limit`.
+    /// With `shallow`, only keys with no further `/` after the prefix are returned (the
+    /// direct children of a folder); deeper keys are skipped, not counted.
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        shallow: bool,
+    ) -> StoreResult<Page>;
+
+    /// Deletes every object under `prefix` (which should end in `/`); returns how many.
+    async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64>;
+
+    /// Answers whether the store is reachable and usable.
+    async fn check(&self) -> StoreResult<()>;
+
+    /// Endpoint mode only: the buckets, in name order.
+    async fn list_buckets(&self) -> StoreResult<Vec<String>> {
+        Err(StoreError::Other("this store has no buckets".into()))
+    }
+
+    /// Endpoint mode only: creates the bucket unless it exists.
+    async fn ensure_bucket(&self, _bucket: &str) -> StoreResult<()> {
+        Err(StoreError::Other("this store has no buckets".into()))
+    }
+
+    /// Endpoint mode only: deletes the bucket when it holds no objects; `Ok(false)` when it
+    /// still does (it is then left alone).
+    async fn remove_bucket_if_empty(&self, _bucket: &str) -> StoreResult<bool> {
+        Err(StoreError::Other("this store has no buckets".into()))
+    }
+}
+
+/// Whether `key` is a direct child of `prefix` (no `/` after it).
+pub(crate) fn is_shallow(prefix: &str, key: &str) -> bool {
+    !key[prefix.len()..].contains('/')
+}

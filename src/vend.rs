@@ -1,0 +1,150 @@
+//! Which storage options go beside a location. A Lance client opens a table's data itself,
+//! so the map must hold everything it needs to reach this warehouse: for S3 the endpoint,
+//! region, `allow_http` for a plain-HTTP endpoint and path-style addressing, plus keys by the
+//! configured policy. LanceDB replaces its own options with whatever is vended on create, so
+//! a vended map is always complete (competitors.md §3.3).
+
+use std::collections::HashMap;
+
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+
+use crate::config::CredentialPolicy;
+use crate::error::{Error, Result};
+
+enum Keys {
+    None,
+    Static { id: String, secret: String },
+    Gateway(SharedCredentialsProvider),
+}
+
+pub struct Vendor {
+    base: HashMap<String, String>,
+    keys: Keys,
+}
+
+impl Vendor {
+    /// A local warehouse: clients need nothing to open a `file://` location.
+    pub fn local() -> Self {
+        Vendor {
+            base: HashMap::new(),
+            keys: Keys::None,
+        }
+    }
+
+    pub fn s3(
+        endpoint: Option<&str>,
+        region: &str,
+        path_style: bool,
+        policy: CredentialPolicy,
+        client_keys: Option<(String, String)>,
+        gateway_keys: Option<SharedCredentialsProvider>,
+    ) -> Result<Self> {
+        let mut base = HashMap::new();
+        base.insert("aws_region".to_string(), region.to_string());
+        if let Some(endpoint) = endpoint {
+            base.insert(
+                "aws_endpoint".to_string(),
+                endpoint.trim_end_matches('/').to_string(),
+            );
+            if endpoint.starts_with("http://") {
+                base.insert("allow_http".to_string(), "true".to_string());
+            }
+        }
+        base.insert(
+            "aws_virtual_hosted_style_request".to_string(),
+            (!path_style).to_string(),
+        );
+        let keys = match policy {
+            CredentialPolicy::None => Keys::None,
+            CredentialPolicy::Static => {
+                let (id, secret) = client_keys
+                    .ok_or_else(|| Error::invalid("static credentials are not configured"))?;
+                Keys::Static { id, secret }
+            }
+            CredentialPolicy::Gateway => Keys::Gateway(
+                gateway_keys
+                    .ok_or_else(|| Error::invalid("the gateway has no credentials to vend"))?,
+            ),
+        };
+        Ok(Vendor { base, keys })
+    }
+
+    /// The options for a client; keys only when `with_credentials` (the request's
+    /// `vend_credentials`, which defaults to true) and the policy has some.
+    pub async fn options(&self, with_credentials: bool) -> Result<HashMap<String, String>> {
+        let mut map = self.base.clone();
+        if !with_credentials {
+            return Ok(map);
+        }
+        match &self.keys {
+            Keys::None => {}
+            Keys::Static { id, secret } => {
+                map.insert("aws_access_key_id".into(), id.clone());
+                map.insert("aws_secret_access_key".into(), secret.clone());
+            }
+            Keys::Gateway(provider) => {
+                let creds = provider.provide_credentials().await.map_err(|e| {
+                    Error::unavailable("could not resolve the gateway's credentials")
+                        .with_detail(e.to_string())
+                })?;
+                map.insert(
+                    "aws_access_key_id".into(),
+                    creds.access_key_id().to_string(),
+                );
+                map.insert(
+                    "aws_secret_access_key".into(),
+                    creds.secret_access_key().to_string(),
+                );
+                if let Some(token) = creds.session_token() {
+                    map.insert("aws_session_token".into(), token.to_string());
+                }
+                if let Some(expiry) = creds.expiry() {
+                    if let Ok(d) = expiry.duration_since(std::time::UNIX_EPOCH) {
+                        map.insert("expires_at_millis".into(), d.as_millis().to_string());
+                    }
+                }
+            }
+        }
+        Ok(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn s3_options_are_complete_and_keys_follow_the_policy() {
+        let v = Vendor::s3(
+            Some("http://127.0.0.1:8333/"),
+            "us-east-1",
+            true,
+            CredentialPolicy::Static,
+            Some(("AK".into(), "SK".into())),
+            None,
+        )
+        .unwrap();
+        let with = v.options(true).await.unwrap();
+        assert_eq!(with["aws_endpoint"], "http://127.0.0.1:8333");
+        assert_eq!(with["allow_http"], "true");
+        assert_eq!(with["aws_region"], "us-east-1");
+        assert_eq!(with["aws_virtual_hosted_style_request"], "false");
+        assert_eq!(with["aws_access_key_id"], "AK");
+        let without = v.options(false).await.unwrap();
+        assert!(!without.contains_key("aws_access_key_id"));
+        assert_eq!(without["aws_endpoint"], "http://127.0.0.1:8333");
+
+        let none = Vendor::s3(
+            Some("https://s3.example"),
+            "eu-west-1",
+            false,
+            CredentialPolicy::None,
+            None,
+            None,
+        )
+        .unwrap();
+        let opts = none.options(true).await.unwrap();
+        assert!(!opts.contains_key("allow_http") && !opts.contains_key("aws_secret_access_key"));
+        assert!(Vendor::local().options(true).await.unwrap().is_empty());
+    }
+}

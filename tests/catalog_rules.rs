@@ -1,0 +1,604 @@
+//! The catalog's rules, run against every store: the memory store, the local directory and
+//! SeaweedFS over S3 (bucket-prefix and endpoint modes).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lance_gateway::catalog::layout::{Layout, Warehouse};
+use lance_gateway::catalog::{
+    Catalog, CreateMode, DatasetDetails, DatasetReader, DropBehavior, DropMode, recovery,
+};
+use lance_gateway::error::{Code, Result};
+use lance_gateway::store::fs::FsStore;
+use lance_gateway::store::memory::MemoryStore;
+use lance_gateway::store::s3::{S3Root, S3Store};
+use lance_gateway::store::{Condition, Store};
+
+/// The rules never read datasets; describing one is the data plane's job.
+struct NoDatasets;
+
+#[async_trait]
+impl DatasetReader for NoDatasets {
+    async fn describe(&self, _location: &str) -> Result<DatasetDetails> {
+        Ok(DatasetDetails::default())
+    }
+}
+
+fn id(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+async fn open(store: Arc<dyn Store>, warehouse: Warehouse, grace: Duration) -> Arc<Catalog> {
+    Arc::new(
+        Catalog::open(store, Layout::new(warehouse), Arc::new(NoDatasets), grace)
+            .await
+            .unwrap(),
+    )
+}
+
+/// The rules, given a catalog and the id prefix every id must start with (a bucket in
+/// endpoint mode, nothing otherwise).
+async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
+    let with = |rest: &[&str]| {
+        let mut v = base.clone();
+        v.extend(rest.iter().map(|s| s.to_string()));
+        v
+    };
+    let props: HashMap<String, String> = [("owner".to_string(), "ml".to_string())].into();
+
+    // namespaces: create, modes, nesting, describe
+    cat.create_namespace(&with(&["ml"]), CreateMode::Create, props.clone())
+        .await
+        .unwrap();
+    let err = cat
+        .create_namespace(&with(&["ml"]), CreateMode::Create, HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::NamespaceAlreadyExists);
+    let kept = cat
+        .create_namespace(&with(&["ml"]), CreateMode::ExistOk, HashMap::new())
+        .await
+        .unwrap();
+    assert_eq!(kept, props, "ExistOk returns the existing properties");
+    assert_eq!(cat.describe_namespace(&with(&["ml"])).await.unwrap(), props);
+    cat.create_namespace(&with(&["ml", "deep"]), CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    cat.create_namespace(
+        &with(&["ml", "deep", "er"]),
+        CreateMode::Create,
+        HashMap::new(),
+    )
+    .await
+    .unwrap();
+    let err = cat
+        .create_namespace(
+            &with(&["nope", "child"]),
+            CreateMode::Create,
+            HashMap::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::NamespaceNotFound, "parent must exist");
+    assert_eq!(
+        cat.list_namespaces(&with(&["ml"]), None, None)
+            .await
+            .unwrap()
+            .items,
+        vec!["deep"]
+    );
+
+    // tables: declare, duplicate, describe, list
+    let t = cat
+        .declare_table(&with(&["ml", "emb"]), None, HashMap::new())
+        .await
+        .unwrap();
+    assert!(t.location.ends_with("ml/emb.lance"), "{}", t.location);
+    let err = cat
+        .declare_table(&with(&["ml", "emb"]), None, HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::TableAlreadyExists);
+    let err = cat
+        .declare_table(&with(&["gone", "t"]), None, HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::NamespaceNotFound);
+    assert_eq!(
+        cat.describe_table(&with(&["ml", "emb"]))
+            .await
+            .unwrap()
+            .location,
+        t.location
+    );
+    assert_eq!(
+        cat.describe_table(&with(&["ml", "x"]))
+            .await
+            .unwrap_err()
+            .code,
+        Code::TableNotFound
+    );
+    assert_eq!(
+        cat.describe_table(&with(&["zz", "x"]))
+            .await
+            .unwrap_err()
+            .code,
+        Code::NamespaceNotFound
+    );
+    assert!(
+        !cat.has_data(&t).await.unwrap(),
+        "a declared table holds no data yet"
+    );
+
+    // client locations: inside the warehouse, no overlap with another table
+    let cell = base.first().map(|b| format!("{b}/")).unwrap_or_default();
+    let loc = cat.layout().uri_of(&format!("{cell}custom/place.lance"));
+    let c = cat
+        .declare_table(&with(&["ml", "custom"]), Some(&loc), HashMap::new())
+        .await
+        .unwrap();
+    assert_eq!(c.location, loc);
+    let nested = format!("{loc}/inner");
+    let err = cat
+        .declare_table(&with(&["ml", "nested"]), Some(&nested), HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::InvalidInput, "{err}");
+    let err = cat
+        .declare_table(&with(&["ml", "same"]), Some(&loc), HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::InvalidInput);
+    let err = cat
+        .declare_table(
+            &with(&["ml", "esc"]),
+            Some("s3://elsewhere/x/../y"),
+            HashMap::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::InvalidInput);
+    assert_eq!(
+        cat.describe_table(&with(&["ml", "nested"]))
+            .await
+            .unwrap_err()
+            .code,
+        Code::TableNotFound,
+        "a refused declare leaves nothing"
+    );
+
+    // pagination: every name exactly once, whatever the limit
+    for i in 0..7 {
+        cat.declare_table(&with(&["ml", &format!("p{i}")]), None, HashMap::new())
+            .await
+            .unwrap();
+    }
+    let all = cat
+        .list_tables(&with(&["ml"]), None, None, true)
+        .await
+        .unwrap();
+    assert_eq!(all.items.len(), 9);
+    assert!(all.next.is_none());
+    for limit in [1, 2, 3, 8, 9, 50] {
+        let mut seen = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = cat
+                .list_tables(&with(&["ml"]), token.as_deref(), Some(limit), true)
+                .await
+                .unwrap();
+            assert!(page.items.len() <= limit);
+            seen.extend(page.items);
+            match page.next {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+        }
+        assert_eq!(seen, all.items, "limit {limit}");
+    }
+    let declared_only = cat
+        .list_tables(&with(&["ml"]), None, None, false)
+        .await
+        .unwrap();
+    assert!(
+        declared_only.items.is_empty(),
+        "include_declared=false hides tables without data"
+    );
+    let everything = cat.list_all_tables("$", None, None, true).await.unwrap();
+    assert!(everything.items.contains(&with(&["ml", "emb"]).join("$")));
+
+    // rename within and across namespaces; the location does not move
+    cat.rename_table(&with(&["ml", "emb"]), &with(&["ml", "emb2"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        cat.describe_table(&with(&["ml", "emb"]))
+            .await
+            .unwrap_err()
+            .code,
+        Code::TableNotFound
+    );
+    assert_eq!(
+        cat.describe_table(&with(&["ml", "emb2"]))
+            .await
+            .unwrap()
+            .location,
+        t.location
+    );
+    cat.rename_table(&with(&["ml", "emb2"]), &with(&["ml", "deep", "emb3"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        cat.describe_table(&with(&["ml", "deep", "emb3"]))
+            .await
+            .unwrap()
+            .location,
+        t.location
+    );
+    let err = cat
+        .rename_table(&with(&["ml", "p0"]), &with(&["ml", "p1"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::TableAlreadyExists);
+    let err = cat
+        .rename_table(&with(&["ml", "p0"]), &with(&["nowhere", "p0"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::NamespaceNotFound);
+    // the old name can be declared again, and gets a folder of its own
+    let again = cat
+        .declare_table(&with(&["ml", "emb"]), None, HashMap::new())
+        .await
+        .unwrap();
+    assert_ne!(again.location, t.location);
+
+    // drop namespace: restrict refuses, skip tolerates, cascade empties
+    let err = cat
+        .drop_namespace(&with(&["ml"]), DropMode::Fail, DropBehavior::Restrict)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::NamespaceNotEmpty);
+    assert_eq!(
+        cat.drop_namespace(&with(&["none"]), DropMode::Fail, DropBehavior::Restrict)
+            .await
+            .unwrap_err()
+            .code,
+        Code::NamespaceNotFound
+    );
+    cat.drop_namespace(&with(&["none"]), DropMode::Skip, DropBehavior::Restrict)
+        .await
+        .unwrap();
+    // deregister keeps data; drop deletes it
+    let dereg = cat.drop_table(&with(&["ml", "p0"]), false).await.unwrap();
+    assert_eq!(
+        cat.describe_table(&with(&["ml", "p0"]))
+            .await
+            .unwrap_err()
+            .code,
+        Code::TableNotFound
+    );
+    let _ = dereg;
+    cat.drop_namespace(&with(&["ml"]), DropMode::Fail, DropBehavior::Cascade)
+        .await
+        .unwrap();
+    assert_eq!(
+        cat.describe_namespace(&with(&["ml"]))
+            .await
+            .unwrap_err()
+            .code,
+        Code::NamespaceNotFound
+    );
+    assert_eq!(
+        cat.describe_table(&with(&["ml", "deep", "emb3"]))
+            .await
+            .unwrap_err()
+            .code,
+        Code::NamespaceNotFound
+    );
+    assert!(
+        cat.list_all_tables("$", None, None, true)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|t| !t.starts_with(&with(&["ml"]).join("$")))
+    );
+
+    // Overwrite: replaces properties of an empty namespace, refuses a non-empty one
+    cat.create_namespace(&with(&["ow"]), CreateMode::Create, props.clone())
+        .await
+        .unwrap();
+    let fresh: HashMap<String, String> = [("k".to_string(), "v".to_string())].into();
+    assert_eq!(
+        cat.create_namespace(&with(&["ow"]), CreateMode::Overwrite, fresh.clone())
+            .await
+            .unwrap(),
+        fresh
+    );
+    assert_eq!(cat.describe_namespace(&with(&["ow"])).await.unwrap(), fresh);
+    cat.declare_table(&with(&["ow", "t"]), None, HashMap::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        cat.create_namespace(&with(&["ow"]), CreateMode::Overwrite, HashMap::new())
+            .await
+            .unwrap_err()
+            .code,
+        Code::NamespaceNotEmpty
+    );
+    cat.drop_namespace(&with(&["ow"]), DropMode::Fail, DropBehavior::Cascade)
+        .await
+        .unwrap();
+}
+
+/// 32 concurrent declares of one name: exactly one success, every other a TableAlreadyExists.
+async fn declare_race(cat: Arc<Catalog>, base: Vec<String>) {
+    let mut ns = base.clone();
+    ns.push(common::unique("race"));
+    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    let mut table = ns.clone();
+    table.push("t".into());
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let cat = cat.clone();
+        let table = table.clone();
+        tasks.push(tokio::spawn(async move {
+            cat.declare_table(&table, None, HashMap::new()).await
+        }));
+    }
+    let (mut ok, mut exists) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(e) if e.code == Code::TableAlreadyExists => exists += 1,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!((ok, exists), (1, 31));
+}
+
+/// Creates racing a namespace drop: afterwards no table is left under a missing namespace.
+async fn create_drop_race(cat: Arc<Catalog>, base: Vec<String>) {
+    for round in 0..5 {
+        let mut ns = base.clone();
+        ns.push(format!("{}{round}", common::unique("cd")));
+        cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..6 {
+            let cat = cat.clone();
+            let mut t = ns.clone();
+            t.push(format!("t{i}"));
+            tasks.push(tokio::spawn(async move {
+                let _ = cat.declare_table(&t, None, HashMap::new()).await;
+            }));
+        }
+        let dropper = {
+            let cat = cat.clone();
+            let ns = ns.clone();
+            tokio::spawn(async move {
+                cat.drop_namespace(&ns, DropMode::Fail, DropBehavior::Restrict)
+                    .await
+            })
+        };
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let dropped = dropper.await.unwrap().is_ok();
+        let listed = cat
+            .list_all_tables("$", None, None, true)
+            .await
+            .unwrap()
+            .items;
+        let prefix = format!("{}$", ns.join("$"));
+        let under: Vec<_> = listed.iter().filter(|t| t.starts_with(&prefix)).collect();
+        if dropped {
+            assert!(
+                under.is_empty(),
+                "tables {under:?} left under dropped namespace"
+            );
+        } else {
+            assert!(cat.namespace_exists(&ns).await.is_ok());
+        }
+    }
+}
+
+/// A crash between steps: intents left behind are settled by recovery once stale.
+async fn recovery_settles(cat: Arc<Catalog>, base: Vec<String>) {
+    let mut ns = base.clone();
+    ns.push(common::unique("rec"));
+    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    let mut t = ns.clone();
+    t.push("t".into());
+    let rec = cat.declare_table(&t, None, HashMap::new()).await.unwrap();
+    // Simulate a drop that crashed right after deleting the table record: the drop intent and
+    // the location claim are left behind.
+    let store = cat.store().clone();
+    let cell = base.first().map(|b| format!("{b}/")).unwrap_or_default();
+
+    let intent =
+        serde_json::json!({"format_version": 1, "op": "drop", "started_at_ms": 1, "table": rec});
+    store
+        .put(
+            &Layout::drop_key(&cell, &rec.uid),
+            bytes::Bytes::from(intent.to_string()),
+            Condition::None,
+        )
+        .await
+        .unwrap();
+    store
+        .put(
+            &format!("{}/_versions/1.manifest", rec.data_key),
+            bytes::Bytes::from_static(b"m"),
+            Condition::None,
+        )
+        .await
+        .unwrap();
+    let key = cat.table_key(&t).unwrap();
+    store.delete(&key, Condition::None).await.unwrap();
+    // A declare at the same place is refused while the claim is held...
+    let err = cat
+        .declare_table(&t, Some(&rec.location), HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::InvalidInput);
+    recovery::sweep(&cat).await.unwrap();
+    // ...and accepted once recovery has finished the drop (data deleted, claim released).
+    assert!(
+        store
+            .list(&format!("{}/", rec.data_key), None, 10, false)
+            .await
+            .unwrap()
+            .keys
+            .is_empty()
+    );
+    cat.declare_table(&t, Some(&rec.location), HashMap::new())
+        .await
+        .unwrap();
+    cat.drop_namespace(&ns, DropMode::Fail, DropBehavior::Cascade)
+        .await
+        .unwrap();
+}
+
+async fn all_rules(cat: Arc<Catalog>, base: Vec<String>) {
+    rules(cat.clone(), base.clone()).await;
+    declare_race(cat.clone(), base.clone()).await;
+    create_drop_race(cat.clone(), base.clone()).await;
+    recovery_settles(cat, base).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rules_on_memory() {
+    let cat = open(
+        Arc::new(MemoryStore::new()),
+        Warehouse::S3Bucket {
+            bucket: "mem".into(),
+            prefix: "w/".into(),
+        },
+        Duration::from_secs(10),
+    )
+    .await;
+    all_rules(cat, vec![]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rules_on_local_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let root = store.root().to_path_buf();
+    let cat = open(
+        Arc::new(store),
+        Warehouse::Local(root),
+        Duration::from_secs(10),
+    )
+    .await;
+    all_rules(cat, vec![]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rules_on_s3_bucket_prefix() {
+    let env = common::s3_env();
+    let client = common::s3_client(&env).await;
+    let bucket = common::fresh_bucket(&client, "rules").await;
+    let store = S3Store::new(
+        client,
+        S3Root::Bucket {
+            bucket: bucket.clone(),
+            prefix: "wh/".into(),
+        },
+    );
+    let cat = open(
+        Arc::new(store),
+        Warehouse::S3Bucket {
+            bucket,
+            prefix: "wh/".into(),
+        },
+        Duration::from_secs(10),
+    )
+    .await;
+    all_rules(cat, vec![]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rules_on_s3_endpoint_mode() {
+    let env = common::s3_env();
+    let client = common::s3_client(&env).await;
+    let cat = open(
+        Arc::new(S3Store::new(client.clone(), S3Root::Endpoint)),
+        Warehouse::S3Endpoint,
+        Duration::from_secs(10),
+    )
+    .await;
+    let bucket = format!("lg-ep-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    // Creating a level-1 namespace creates its bucket.
+    cat.create_namespace(&[bucket.clone()], CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    assert!(
+        cat.list_namespaces(&[], None, None)
+            .await
+            .unwrap()
+            .items
+            .contains(&bucket)
+    );
+    // A bucket without a catalog is not a namespace.
+    let plain = common::fresh_bucket(&client, "plain").await;
+    assert!(
+        !cat.list_namespaces(&[], None, None)
+            .await
+            .unwrap()
+            .items
+            .contains(&plain)
+    );
+    assert_eq!(
+        cat.declare_table(&id(&["t"]), None, HashMap::new())
+            .await
+            .unwrap_err()
+            .code,
+        Code::InvalidInput
+    );
+    all_rules(cat.clone(), vec![bucket.clone()]).await;
+    // Dropping it deletes the bucket only when the bucket is empty.
+    client
+        .put_object()
+        .bucket(&bucket)
+        .key("keep/me")
+        .body(bytes::Bytes::from_static(b"x").into())
+        .send()
+        .await
+        .unwrap();
+    cat.drop_namespace(&[bucket.clone()], DropMode::Fail, DropBehavior::Cascade)
+        .await
+        .unwrap();
+    assert!(
+        client.head_bucket().bucket(&bucket).send().await.is_ok(),
+        "a bucket holding objects is kept"
+    );
+    assert!(
+        !cat.list_namespaces(&[], None, None)
+            .await
+            .unwrap()
+            .items
+            .contains(&bucket)
+    );
+    let empty = format!("lg-ep-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    cat.create_namespace(&[empty.clone()], CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    cat.drop_namespace(&[empty.clone()], DropMode::Fail, DropBehavior::Restrict)
+        .await
+        .unwrap();
+    assert!(
+        client.head_bucket().bucket(&empty).send().await.is_err(),
+        "an empty bucket is removed"
+    );
+}
