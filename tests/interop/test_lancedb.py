@@ -46,7 +46,7 @@ def test_lancedb_end_to_end(warehouse):
 
     tbl.create_index(metric="l2", vector_column_name="vector", index_type="IVF_PQ", num_partitions=2, num_sub_vectors=4)
     indices = tbl.list_indices()
-    assert len(indices) == 1 and indices[0].index_type == "IVF_PQ"
+    assert len(indices) == 1 and indices[0].index_type == "IvfPq"
 
     query = seed["vector"][7].values.to_numpy()
     hits = tbl.search(query).limit(5).to_arrow()
