@@ -154,11 +154,16 @@ def main():
         f.write(f"export SEAWEEDFS_LANCE_URI={sw.lance_uri}\n")
         f.write(f"export SEAWEEDFS_PID={sw.proc.pid}\n")
     os.replace(env_file + ".tmp", env_file)
-    stop = lambda *_: (sw.stop(), sys.exit(0))
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    sw.proc.wait()
-    sys.exit(1)
+    # Poll rather than block in proc.wait(): a signal handler that stops the server while the
+    # main thread holds Popen's wait lock would deadlock.
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    while not stopping and sw.proc.poll() is None:
+        time.sleep(0.2)
+    crashed = not stopping
+    sw.stop()
+    sys.exit(1 if crashed else 0)
 
 
 if __name__ == "__main__":
