@@ -164,12 +164,12 @@ def main():
     gateway_bin = args.gateway or os.path.expanduser("~/.cache/lance-gateway/target/release/lance-gateway")
 
     rows = {}
-    for name in ["lance-gateway", "reference RestAdapter(dir)"]:
+    for name in ["lance-gateway", "lance-gateway (fs_sync off)", "reference RestAdapter(dir)"]:
         root = tempfile.mkdtemp(prefix="bench-wh-")
         port = free_port()
-        if name == "lance-gateway":
-            argv = [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root]
-            env_note = "RUST_LOG=warn"
+        if name.startswith("lance-gateway"):
+            sync = "false" if "off" in name else "true"
+            argv = [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root, "--fs-sync", sync]
             os.environ["RUST_LOG"] = "warn"
         else:
             argv = [sys.executable, "-c", REFERENCE_SERVER, root, str(port)]
@@ -205,12 +205,13 @@ def main():
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
-    gw, ref = rows["lance-gateway"], rows["reference RestAdapter(dir)"]
+    gw, nosync, ref = rows["lance-gateway"], rows["lance-gateway (fs_sync off)"], rows["reference RestAdapter(dir)"]
     print(f"\nMetadata benchmark, local-directory warehouse, {args.tables} tables, wrk -t2 -c16 -d{args.seconds}s")
-    print(f"{'metric':34} {'lance-gateway':>14} {'reference':>12} {'ratio':>8}")
+    print(f"{'metric':34} {'gateway':>10} {'reference':>10} {'ratio':>7}   {'gw no-sync':>10} {'ratio':>7}")
     for metric in gw:
-        ratio = gw[metric] / ref[metric] if ref[metric] else float("inf")
-        print(f"{metric:34} {gw[metric]:14.2f} {ref[metric]:12.2f} {ratio:7.1f}x")
+        r1 = gw[metric] / ref[metric] if ref[metric] else float("inf")
+        r2 = nosync[metric] / ref[metric] if ref[metric] else float("inf")
+        print(f"{metric:34} {gw[metric]:10.2f} {ref[metric]:10.2f} {r1:6.1f}x   {nosync[metric]:10.2f} {r2:6.1f}x")
     print(f"{'lance-gateway peak RSS, ' + str(args.rss_tables) + ' tables (MiB)':34} {rss_big:14.1f}")
 
 

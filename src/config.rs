@@ -103,6 +103,9 @@ pub struct ServeArgs {
     /// Seconds between sweeps for abandoned operations [default: 60].
     #[arg(long, env = "LANCE_GATEWAY_RECOVERY_INTERVAL_SECS")]
     pub recovery_interval_secs: Option<u64>,
+    /// Local warehouse: sync each catalog write to disk before publishing it [default: true].
+    #[arg(long, env = "LANCE_GATEWAY_FS_SYNC")]
+    pub fs_sync: Option<bool>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "LANCE_GATEWAY_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -127,6 +130,7 @@ struct FileConfig {
     request_timeout_secs: Option<u64>,
     recovery_grace_secs: Option<u64>,
     recovery_interval_secs: Option<u64>,
+    fs_sync: Option<bool>,
     log_format: Option<LogFormat>,
 }
 
@@ -175,6 +179,7 @@ pub struct Config {
     pub request_timeout: Duration,
     pub recovery_grace: Duration,
     pub recovery_interval: Duration,
+    pub fs_sync: bool,
     pub log_format: LogFormat,
 }
 
@@ -286,6 +291,7 @@ impl Config {
             request_timeout: Duration::from_secs(timeout),
             recovery_grace: Duration::from_secs(grace),
             recovery_interval: Duration::from_secs(interval),
+            fs_sync: args.fs_sync.or(file.fs_sync).unwrap_or(true),
             log_format: args
                 .log_format
                 .or(file.log_format)

@@ -32,7 +32,7 @@ pub struct Parts {
 pub async fn build_parts(config: &Config) -> Result<Parts, String> {
     match &config.warehouse {
         WarehouseUri::Local(path) => {
-            let store = FsStore::open(path)
+            let store = FsStore::open_with_sync(path, config.fs_sync)
                 .map_err(|e| format!("invalid setting `warehouse`: {}: {e}", path.display()))?;
             let layout = Layout::new(Warehouse::Local(store.root().to_path_buf()));
             Ok(Parts {

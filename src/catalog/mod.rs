@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::future::join_all;
 
-use self::layout::{Layout, Placed};
+use self::layout::Layout;
 use self::names::{Id, join};
 use self::records::*;
 use crate::error::{Code, Error, Result};
@@ -116,6 +116,15 @@ impl DropBehavior {
             ))),
         }
     }
+}
+
+/// The outcome of claiming a data folder.
+enum Claim {
+    Claimed,
+    /// The same folder is claimed by this table.
+    Taken(Vec<String>),
+    /// A folder above or below is claimed by this table.
+    Overlaps(Vec<String>),
 }
 
 /// A page of names or ids and the token for the next page, if any.
@@ -366,7 +375,7 @@ impl Catalog {
                 table: None,
                 rename_from: None,
             };
-            if !self.begin_pending(&pending_key, &pending).await? {
+            if self.begin_pending(&pending_key, &pending).await?.is_none() {
                 return self.create_namespace_lost_race(id, mode).await;
             }
             let result = async {
@@ -711,19 +720,19 @@ impl Catalog {
 
     // ---------------------------------------------------------------- intents
 
-    /// Writes a pending entry. `Ok(false)` when another live operation holds the name; an
-    /// abandoned entry is settled and the write retried.
-    async fn begin_pending(&self, key: &str, pending: &PendingRecord) -> Result<bool> {
+    /// Writes a pending entry and returns its ETag; `None` when another live operation holds
+    /// the name. An abandoned entry is settled and the write retried.
+    async fn begin_pending(&self, key: &str, pending: &PendingRecord) -> Result<Option<String>> {
         for _ in 0..2 {
             match self
                 .store
                 .put(key, encode(pending), Condition::IfAbsent)
                 .await
             {
-                Ok(_) => return Ok(true),
+                Ok(etag) => return Ok(Some(etag)),
                 Err(StoreError::PreconditionFailed) => {
                     if !self.settle_pending(key).await? {
-                        return Ok(false);
+                        return Ok(None);
                     }
                 }
                 Err(StoreError::NoSuchBucket(b)) => {
@@ -732,7 +741,7 @@ impl Catalog {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(false)
+        Ok(None)
     }
 
     async fn end_pending(&self, key: &str) {
@@ -989,27 +998,23 @@ impl Catalog {
         let placed = self.layout.place(parent)?;
         let final_key = Layout::table_key(&placed, name);
         let shown = self.show(id);
-        // Cheap refusal of the common conflict, before writing anything.
-        if self.read::<TableRecord>(&final_key).await?.is_some() {
-            return Err(Error::table_exists(&shown));
-        }
         let uid = new_uid();
         let data_key = match location {
             Some(loc) => self.layout.data_key_of(loc, &placed.cell)?,
-            None => self.pick_data_key(&placed, name, &uid).await?,
+            None => Layout::default_data_key(&placed, name, ""),
         };
-        let record = TableRecord {
+        let mut record = TableRecord {
             format_version: FORMAT_VERSION,
             id: id.to_vec(),
             uid: uid.clone(),
             location: self.layout.uri_of(&data_key),
-            data_key: data_key.clone(),
+            data_key,
             created_at_ms: now_ms(),
             properties,
             origin: origin.to_string(),
         };
         let pending_key = Layout::pending_table_key(&placed, name);
-        let pending = PendingRecord {
+        let mut pending = PendingRecord {
             format_version: FORMAT_VERSION,
             op: origin.to_string(),
             uid: uid.clone(),
@@ -1017,9 +1022,9 @@ impl Catalog {
             table: Some(record.clone()),
             rename_from: None,
         };
-        if !self.begin_pending(&pending_key, &pending).await? {
+        let Some(pending_etag) = self.begin_pending(&pending_key, &pending).await? else {
             return Err(Error::table_exists(&shown));
-        }
+        };
         let mut claimed = false;
         let result = async {
             self.ensure_open_namespace(parent).await?;
@@ -1027,8 +1032,36 @@ impl Catalog {
             if self.read::<TableRecord>(&final_key).await?.is_some() {
                 return Err(Error::table_exists(&shown));
             }
-            self.claim_location(&placed.cell, &data_key, &uid, id)
-                .await?;
+            match self
+                .claim_location(&placed.cell, &record.data_key, &uid, id)
+                .await?
+            {
+                Claim::Claimed => {}
+                Claim::Taken(_) if location.is_none() => {
+                    // The server's plain choice is held, say by a renamed table that kept its
+                    // folder: take a unique one, recording it in the pending entry first so
+                    // recovery knows which claim to release.
+                    record.data_key =
+                        Layout::default_data_key(&placed, name, &format!("-{}", &uid[..8]));
+                    record.location = self.layout.uri_of(&record.data_key);
+                    pending.table = Some(record.clone());
+                    self.store
+                        .put(
+                            &pending_key,
+                            encode(&pending),
+                            Condition::IfMatch(pending_etag.clone()),
+                        )
+                        .await?;
+                    match self
+                        .claim_location(&placed.cell, &record.data_key, &uid, id)
+                        .await?
+                    {
+                        Claim::Claimed => {}
+                        refused => return Err(self.claim_error(&record.data_key, refused)),
+                    }
+                }
+                refused => return Err(self.claim_error(&record.data_key, refused)),
+            }
             claimed = true;
             self.still_in_time(pending.started_at_ms)?;
             match self
@@ -1043,25 +1076,26 @@ impl Catalog {
         }
         .await;
         if result.is_err() && claimed {
-            self.release_location(&placed.cell, &data_key, &uid).await;
+            self.release_location(&placed.cell, &record.data_key, &uid)
+                .await;
         }
         self.end_pending(&pending_key).await;
         result.map(|()| record)
     }
 
-    /// The server's choice of data folder: `<ns...>/<table>.lance`, or, when that folder is
-    /// already claimed (say by a renamed table that kept it), the same with a unique suffix.
-    async fn pick_data_key(&self, placed: &Placed<'_>, name: &str, uid: &str) -> Result<String> {
-        let plain = Layout::default_data_key(placed, name, "");
-        let claim = Layout::location_claim_key(&placed.cell, &plain);
-        if self.store.get(&claim).await?.is_none() {
-            return Ok(plain);
+    fn claim_error(&self, data_key: &str, refused: Claim) -> Error {
+        let uri = self.layout.uri_of(data_key);
+        match refused {
+            Claim::Claimed => Error::internal("a granted claim reported as refused", uri),
+            Claim::Taken(owner) => Error::invalid(format!(
+                "location '{uri}' is already the data folder of table '{}'",
+                self.show(&owner)
+            )),
+            Claim::Overlaps(owner) => Error::invalid(format!(
+                "location '{uri}' overlaps the data folder of table '{}'",
+                self.show(&owner)
+            )),
         }
-        Ok(Layout::default_data_key(
-            placed,
-            name,
-            &format!("-{}", &uid[..8]),
-        ))
     }
 
     /// Claims `data_key` for table `uid`: refused when it, a folder above it or a folder
@@ -1073,7 +1107,7 @@ impl Catalog {
         data_key: &str,
         uid: &str,
         id: &[String],
-    ) -> Result<()> {
+    ) -> Result<Claim> {
         let key = Layout::location_claim_key(cell, data_key);
         let claim = LocationClaim {
             format_version: FORMAT_VERSION,
@@ -1090,12 +1124,9 @@ impl Catalog {
                 let owner = self
                     .read::<LocationClaim>(&key)
                     .await?
-                    .map(|(c, _)| self.show(&c.table))
+                    .map(|(c, _)| c.table)
                     .unwrap_or_default();
-                return Err(Error::invalid(format!(
-                    "location '{}' is already the data folder of table '{owner}'",
-                    self.layout.uri_of(data_key)
-                )));
+                return Ok(Claim::Taken(owner));
             }
             Err(e) => return Err(e.into()),
         }
@@ -1128,14 +1159,10 @@ impl Catalog {
         }
         .await;
         match overlap {
-            Ok(None) => Ok(()),
+            Ok(None) => Ok(Claim::Claimed),
             Ok(Some(other)) => {
                 self.release_location(cell, data_key, uid).await;
-                Err(Error::invalid(format!(
-                    "location '{}' overlaps the data folder of table '{}'",
-                    self.layout.uri_of(data_key),
-                    self.show(&other.table)
-                )))
+                Ok(Claim::Overlaps(other.table))
             }
             Err(e) => {
                 self.release_location(cell, data_key, uid).await;
@@ -1248,7 +1275,7 @@ impl Catalog {
             table: Some(moved.clone()),
             rename_from: Some(id.to_vec()),
         };
-        if !self.begin_pending(&pending_key, &pending).await? {
+        if self.begin_pending(&pending_key, &pending).await?.is_none() {
             return Err(Error::table_exists(&shown_new));
         }
         let result = async {

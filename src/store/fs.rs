@@ -1,7 +1,8 @@
 //! The local-directory store: the embedded default. Objects are files under a root folder.
 //!
 //! Guarantees, on one machine and across processes sharing the folder:
-//! - a write lands whole or not at all (temporary file, `sync_data`, then `rename`);
+//! - a write lands whole or not at all (temporary file, `sync_data` unless turned off with
+//!   `fs_sync = false`, then `rename`);
 //! - conditional writes and deletes are atomic: the check and the act run under an exclusive
 //!   `flock` on `<root>/.lance-gateway.lock` (plus an in-process mutex, since `flock` is held
 //!   per open file description);
@@ -29,11 +30,19 @@ pub struct FsStore {
 struct Inner {
     root: PathBuf,
     lock: Mutex<File>,
+    /// `sync_data` every write before it is published (survives power loss, not only crashes).
+    sync: bool,
 }
 
 impl FsStore {
-    /// Opens (creating it if needed) the warehouse folder `root`.
+    /// Opens (creating it if needed) the warehouse folder `root`, syncing every write.
     pub fn open(root: &Path) -> std::io::Result<Self> {
+        Self::open_with_sync(root, true)
+    }
+
+    /// Like `open`; with `sync` false, writes are still atomic and crash-safe for the
+    /// process but may be lost, whole, on power loss.
+    pub fn open_with_sync(root: &Path, sync: bool) -> std::io::Result<Self> {
         fs::create_dir_all(root)?;
         let root = root.canonicalize()?;
         let lock = fs::OpenOptions::new()
@@ -45,6 +54,7 @@ impl FsStore {
             inner: Arc::new(Inner {
                 root,
                 lock: Mutex::new(lock),
+                sync,
             }),
         })
     }
@@ -152,7 +162,7 @@ impl Inner {
         let write = || -> std::io::Result<()> {
             let mut file = File::create(&tmp)?;
             file.write_all(body)?;
-            file.sync_data()
+            if self.sync { file.sync_data() } else { Ok(()) }
         };
         if let Err(e) = write() {
             let _ = fs::remove_file(&tmp);
