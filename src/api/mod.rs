@@ -17,7 +17,8 @@ use axum::routing::{any, get, post};
 use axum::{BoxError, Json, Router};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
 
 use crate::catalog::Catalog;
 use crate::error::Error;
@@ -122,7 +123,8 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
                     TraceLayer::new_for_http().make_span_with(|req: &Request| {
                         let id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
                         tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-                    }),
+                    })
+                    .on_response(DefaultOnResponse::new().level(Level::INFO)),
                 )
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
         )
