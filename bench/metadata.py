@@ -87,38 +87,43 @@ def enc(parts):
 
 
 def declare_many(port, names, ns):
+    ns = [ns] if isinstance(ns, str) else list(ns)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     for n in names:
-        status, body = call(conn, "POST", f"/v1/table/{enc([ns, n])}/declare", {"id": [ns, n]})
+        status, body = call(conn, "POST", f"/v1/table/{enc(ns + [n])}/declare", {"id": ns + [n]})
         if status != 200:
             raise RuntimeError(f"declare {n}: {status} {body[:200]}")
 
 
-def bench_server(server, tables, seconds, wrk):
-    port, results = server.port, {}
+def bench_server(server, tables, seconds, wrk, base=()):
+    """The workload against one server; `base` prefixes every id (a bucket, for catalogs
+    whose first level is a bucket)."""
+    port, results, base = server.port, {}, list(base)
+    ns = base + ["bench"]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    assert call(conn, "POST", "/v1/namespace/bench/create", {"id": ["bench"]})[0] == 200
+    status, body = call(conn, "POST", f"/v1/namespace/{enc(ns)}/create", {"id": ns})
+    assert status == 200, body
 
     n_seq = min(300, tables)
     t0 = time.perf_counter()
-    declare_many(port, [f"s{i:05d}" for i in range(n_seq)], "bench")
+    declare_many(port, [f"s{i:05d}" for i in range(n_seq)], ns)
     results["declare sequential (ops/s)"] = n_seq / (time.perf_counter() - t0)
 
     remaining = tables - n_seq
     chunks = [[f"p{w}_{i:05d}" for i in range(w, remaining, 8)] for w in range(8)]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda names: declare_many(port, names, "bench"), chunks))
+        list(pool.map(lambda names: declare_many(port, names, ns), chunks))
     results["declare 8-way parallel (ops/s)"] = remaining / (time.perf_counter() - t0)
 
     # describe under load: wrk, 2 threads, 16 connections, POST with a JSON body
     lua = os.path.join(tempfile.mkdtemp(), "describe.lua")
     with open(lua, "w") as f:
         f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                'wrk.body = \'{"id":["bench","s00001"]}\'\n')
+                f"wrk.body = '{json.dumps({'id': ns + ['s00001']})}'\n")
     out = subprocess.run(
         [wrk, "-t2", "-c16", f"-d{seconds}s", "--latency", "-s", lua,
-         f"http://127.0.0.1:{port}/v1/table/{enc(['bench', 's00001'])}/describe"],
+         f"http://127.0.0.1:{port}/v1/table/{enc(ns + ['s00001'])}/describe"],
         capture_output=True, text=True, check=True,
     ).stdout
     results["describe (req/s)"] = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -132,7 +137,7 @@ def bench_server(server, tables, seconds, wrk):
     seen, token = 0, None
     while True:
         q = "limit=100" + (f"&page_token={urllib.parse.quote(token)}" if token else "")
-        status, body = call(conn, "GET", f"/v1/namespace/bench/table/list?{q}")
+        status, body = call(conn, "GET", f"/v1/namespace/{enc(ns)}/table/list?{q}")
         page = json.loads(body)
         seen += len(page["tables"])
         token = page.get("page_token")
@@ -141,7 +146,8 @@ def bench_server(server, tables, seconds, wrk):
     results["list walk, limit 100 (s)"] = time.perf_counter() - t0
     if seen != tables:
         raise RuntimeError(f"{server.name}: the walk returned {seen} of {tables} tables")
-    results["peak RSS (MiB)"] = server.peak_rss_mib()
+    if server.proc is not None:
+        results["peak RSS (MiB)"] = server.peak_rss_mib()
     return results
 
 

@@ -81,7 +81,9 @@ class SeaweedFS:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def start(log_path: str | None = None) -> SeaweedFS:
+def start(log_path: str | None = None, open_access: bool = False) -> SeaweedFS:
+    """Starts weed mini. With `open_access`, no identities are configured (S3 and SeaweedFS's
+    own Lance catalog accept anyone), as in SeaweedFS's own client suites."""
     weed = weed_binary()
     data = tempfile.mkdtemp(prefix="lg-seaweedfs-")
     config = os.path.join(data, "s3.json")
@@ -111,11 +113,13 @@ def start(log_path: str | None = None) -> SeaweedFS:
         f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
         f"-filer.port={ports['filer']}", f"-s3.port={ports['s3']}",
         f"-s3.port.lance={lance_port}", "-s3.port.iceberg=0",
-        f"-s3.config={config}", "-webdav=false", "-admin.ui=false",
+        *([] if open_access else [f"-s3.config={config}"]), "-webdav=false", "-admin.ui=false",
         "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
     ]
     log = open(log_path or os.path.join(data, "weed.log"), "w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # weed mini turns AWS_* keys in its environment into an identity: keep them out.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     sw = SeaweedFS(proc=proc, dir=data, s3_port=ports["s3"], lance_port=lance_port)
     deadline = time.time() + 90
     while time.time() < deadline:

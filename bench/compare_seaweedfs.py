@@ -1,0 +1,120 @@
+"""lance-gateway side by side with SeaweedFS's built-in Lance catalog, on one SeaweedFS.
+
+SeaweedFS runs with open access (no identities), as its own client suites run it; the
+gateway serves the same SeaweedFS in endpoint mode. For each catalog this runs:
+  - the Spark scenario of tests/interop/test_spark.py (storage.* keys given to Spark for
+    SeaweedFS, which vends no keys; nothing for the gateway, which vends them),
+  - the LanceDB scenario of tests/interop/test_lancedb.py,
+  - the metadata benchmark of bench/metadata.py,
+and prints how far each scenario got and the benchmark ratios (gateway / SeaweedFS).
+Usage: python bench/compare_seaweedfs.py [--tables 500] [--seconds 10]
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import traceback
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
+sys.path.insert(0, HERE)
+
+import metadata  # noqa: E402
+import seaweedfs  # noqa: E402
+from conftest import start_gateway  # noqa: E402
+
+KEYS = {"AWS_ACCESS_KEY_ID": "any", "AWS_SECRET_ACCESS_KEY": "anysecret", "AWS_REGION": "us-east-1"}
+
+
+class Attached:
+    """A server this script did not start (SeaweedFS's catalog lives inside weed)."""
+
+    def __init__(self, name, port):
+        self.name, self.port, self.proc = name, port, None
+
+
+def run_scenario(label, fn):
+    reached = []
+    try:
+        fn(lambda name: reached.append(name))
+        return "passes every step"
+    except Exception as e:  # report where it stopped, keep going
+        first_line = str(e).strip().splitlines()[0][:240] if str(e).strip() else type(e).__name__
+        where = reached[-1] if reached else "setup"
+        print(f"[{label}] stopped at '{where}': {first_line}", flush=True)
+        traceback.print_exc(limit=2)
+        return f"stops at '{where}': {first_line}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tables", type=int, default=500)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--skip-spark", action="store_true")
+    args = ap.parse_args()
+    os.environ.update(KEYS)
+    sw = seaweedfs.start(open_access=True)
+    gw = start_gateway(
+        ["--warehouse", "s3://", "--s3-endpoint", sw.endpoint, "--s3-region", "us-east-1"],
+        {**KEYS, "LANCE_GATEWAY_CREDENTIALS": "static", "LANCE_GATEWAY_CLIENT_ACCESS_KEY_ID": "any",
+         "LANCE_GATEWAY_CLIENT_SECRET_ACCESS_KEY": "anysecret", "RUST_LOG": "warn"},
+    )
+    storage = {"aws_endpoint": sw.endpoint, "aws_region": "us-east-1", "allow_http": "true",
+               "aws_access_key_id": "any", "aws_secret_access_key": "anysecret",
+               "aws_virtual_hosted_style_request": "false"}
+    catalogs = {"lance-gateway": gw.uri, "SeaweedFS built-in": sw.lance_uri}
+    results = {}
+    try:
+        import lance_namespace as ln
+        from test_lancedb import lancedb_scenario
+
+        for name, uri in catalogs.items():
+            bucket = f"cmp-{uuid.uuid4().hex[:8]}"
+            ln.connect("rest", {"uri": uri}).create_namespace(ln.CreateNamespaceRequest(id=[bucket]))
+            results[(name, "LanceDB")] = run_scenario(
+                f"{name} LanceDB", lambda step: lancedb_scenario(uri, [bucket], storage, step)
+            )
+            if not args.skip_spark:
+                from test_spark import scenario, spark_session
+
+                spark_bucket = f"cmps-{uuid.uuid4().hex[:8]}"
+                spark = spark_session(uri, None if name == "lance-gateway" else storage)
+                try:
+                    results[(name, "Spark")] = run_scenario(
+                        f"{name} Spark", lambda step: (step("scenario"), scenario(spark, uri, [spark_bucket], storage, name))
+                    )
+                finally:
+                    spark.stop()
+
+        wrk = shutil.which("wrk")
+        bench = {}
+        for name, uri in catalogs.items():
+            port = int(uri.rsplit(":", 1)[1])
+            bucket = f"bench-{uuid.uuid4().hex[:8]}"
+            ln.connect("rest", {"uri": uri}).create_namespace(ln.CreateNamespaceRequest(id=[bucket]))
+            try:
+                bench[name] = metadata.bench_server(Attached(name, port), args.tables, args.seconds, wrk, [bucket])
+            except Exception as e:
+                bench[name] = {"error": str(e)[:200]}
+    finally:
+        gw.stop()
+        sw.stop()
+
+    print("\nScenarios:")
+    for (name, what), outcome in results.items():
+        print(f"  {name:20} {what:8} {outcome}")
+    print(f"\nMetadata benchmark on SeaweedFS, {args.tables} tables, wrk -t2 -c16 -d{args.seconds}s")
+    gwb, swb = bench.get("lance-gateway", {}), bench.get("SeaweedFS built-in", {})
+    print(f"{'metric':34} {'gateway':>10} {'SeaweedFS':>10} {'ratio':>7}")
+    for metric in gwb:
+        if metric in swb and isinstance(swb[metric], float):
+            ratio = gwb[metric] / swb[metric] if swb[metric] else float("inf")
+            print(f"{metric:34} {gwb[metric]:10.2f} {swb[metric]:10.2f} {ratio:6.1f}x")
+        else:
+            print(f"{metric:34} {gwb[metric]:10.2f} {str(swb.get('error', '-'))[:60]}")
+
+
+if __name__ == "__main__":
+    main()
