@@ -14,7 +14,7 @@ use axum::http::{HeaderName, Method, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use axum::{BoxError, Json, Router};
+use axum::{Json, Router};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
@@ -206,9 +206,4 @@ async fn no_route(method: Method, uri: Uri) -> Error {
 
 async fn wrong_method(method: Method, uri: Uri) -> Error {
     Error::unsupported(format!("{} does not take {method}", uri.path()))
-}
-
-/// Turns an error from a tower layer into the spec's error body.
-pub fn layer_error(err: BoxError) -> Error {
-    Error::internal("request failed", err)
 }
