@@ -365,7 +365,7 @@ async fn declare_race(cat: Arc<Catalog>, base: Vec<String>) {
 
 /// Creates racing a namespace drop: afterwards no table is left under a missing namespace.
 async fn create_drop_race(cat: Arc<Catalog>, base: Vec<String>) {
-    for round in 0..5 {
+    for round in 0..8 {
         let mut ns = base.clone();
         ns.push(format!("{}{round}", common::unique("cd")));
         cat.create_namespace(&ns, CreateMode::Create, HashMap::new())

@@ -7,10 +7,10 @@
 //!   of their record; nothing half-made is ever readable.
 //! - **No table or namespace under a namespace that is gone.** A create first writes a
 //!   *pending* entry under the parent, then checks that the parent exists and is not being
-//!   dropped, and only then publishes its record. A drop first marks the namespace (one
-//!   conditional write), then lists its records and pending entries, then deletes it only if the
-//!   mark is still its own. Whichever interleaving, the drop sees the create or the create sees
-//!   the mark.
+//!   dropped, and only then publishes its record (and then removes the pending entry). A drop
+//!   first marks the namespace (one conditional write), then lists its pending entries, then
+//!   its records, then deletes it only if the mark is still its own. Whichever interleaving,
+//!   the drop sees the create (as pending or as published) or the create sees the mark.
 //! - **No two tables share or nest their data.** Each table claims its data folder; a claim is
 //!   refused when an ancestor or descendant folder is claimed.
 //! - **A crash loses nothing.** Every multi-step operation is bracketed by an intent record
@@ -541,6 +541,21 @@ impl Catalog {
             return Ok(None);
         }
         let placed = self.layout.place(id)?;
+        // Pending entries first, records after: a create publishes its record *before* it
+        // removes its pending entry, so whatever this listing misses of a create in flight
+        // (its entry already gone) the record listings below still see. Listed the other way
+        // round, a create finishing in between would be missed by both.
+        let pending = self
+            .store
+            .list(&Layout::pending_prefix(&placed), None, PAGE, true)
+            .await?;
+        for key in pending.keys {
+            if !self.settle_pending(&key).await? {
+                return Ok(Some(
+                    "a table or namespace is being created in it".to_string(),
+                ));
+            }
+        }
         let tables = self
             .store
             .list(&Layout::tables_prefix(&placed), None, 1, true)
@@ -560,17 +575,6 @@ impl Catalog {
                 "it holds namespace '{}'",
                 Layout::name_of(key, ".json").unwrap_or_default()
             )));
-        }
-        let pending = self
-            .store
-            .list(&Layout::pending_prefix(&placed), None, PAGE, true)
-            .await?;
-        for key in pending.keys {
-            if !self.settle_pending(&key).await? {
-                return Ok(Some(
-                    "a table or namespace is being created in it".to_string(),
-                ));
-            }
         }
         Ok(None)
     }
