@@ -469,8 +469,65 @@ async fn recovery_settles(cat: Arc<Catalog>, base: Vec<String>) {
         .unwrap();
 }
 
+/// A paginated walk while other names are being created: every name that existed before
+/// the walk is returned exactly once, and nothing twice.
+async fn walk_during_creates(cat: Arc<Catalog>, base: Vec<String>) {
+    let mut ns = base.clone();
+    ns.push(common::unique("walk"));
+    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    let mut before = Vec::new();
+    for i in 0..20 {
+        let name = format!("b{i:02}");
+        let mut t = ns.clone();
+        t.push(name.clone());
+        cat.declare_table(&t, None, HashMap::new()).await.unwrap();
+        before.push(name);
+    }
+    let writer = {
+        let cat = cat.clone();
+        let ns = ns.clone();
+        tokio::spawn(async move {
+            for i in 0..20 {
+                // names that sort before, between and after the existing ones
+                for name in [format!("a{i:02}"), format!("b{i:02}x"), format!("c{i:02}")] {
+                    let mut t = ns.clone();
+                    t.push(name);
+                    cat.declare_table(&t, None, HashMap::new()).await.unwrap();
+                }
+            }
+        })
+    };
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = cat
+            .list_tables(&ns, token.as_deref(), Some(2), true)
+            .await
+            .unwrap();
+        seen.extend(page.items);
+        match page.next {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    writer.await.unwrap();
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "a name came back twice: {seen:?}");
+    for name in &before {
+        assert!(seen.contains(name), "{name} was missed by the walk");
+    }
+    cat.drop_namespace(&ns, DropMode::Fail, DropBehavior::Cascade)
+        .await
+        .unwrap();
+}
+
 async fn all_rules(cat: Arc<Catalog>, base: Vec<String>) {
     rules(cat.clone(), base.clone()).await;
+    walk_during_creates(cat.clone(), base.clone()).await;
     declare_race(cat.clone(), base.clone()).await;
     create_drop_race(cat.clone(), base.clone()).await;
     recovery_settles(cat, base).await;
