@@ -129,24 +129,18 @@ def test_spark_local_warehouse(tmp_path):
         assert gw.stop() == 0
 
 
-def test_spark_seaweedfs_vended_credentials(seaweed):
-    """Static policy: Spark has no storage.* keys; everything comes from the gateway."""
-    args, env = s3_gateway_setup(seaweed, "s3://", credentials="static")
-    gw = start_gateway(args, env)
-    try:
-        bucket = f"lg-spark-{uuid.uuid4().hex[:8]}"
-        run_isolated(gw.uri, [bucket], client_storage_options(seaweed), "seaweedfs, vended")
-    finally:
-        assert gw.stop() == 0
-
-
-def test_spark_seaweedfs_client_side_keys(seaweed):
-    """Policy none: the gateway vends endpoint and region but no keys; Spark brings its own."""
-    args, env = s3_gateway_setup(seaweed, "s3://", credentials="none")
+@pytest.mark.parametrize("credentials", ["static", "none"])
+def test_spark_seaweedfs(seaweed, credentials):
+    """static: Spark has no storage.* keys, everything comes from the gateway.
+    none: the gateway vends endpoint and region but no keys; Spark brings its own."""
+    args, env = s3_gateway_setup(seaweed, "s3://", credentials=credentials)
     gw = start_gateway(args, env)
     try:
         bucket = f"lg-spark-{uuid.uuid4().hex[:8]}"
         storage = client_storage_options(seaweed)
-        run_isolated(gw.uri, [bucket], storage, "seaweedfs, storage.* keys", storage=storage)
+        if credentials == "static":
+            run_isolated(gw.uri, [bucket], storage, "seaweedfs, vended")
+        else:
+            run_isolated(gw.uri, [bucket], storage, "seaweedfs, storage.* keys", storage=storage)
     finally:
         assert gw.stop() == 0
