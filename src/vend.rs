@@ -98,10 +98,10 @@ impl Vendor {
                 if let Some(token) = creds.session_token() {
                     map.insert("aws_session_token".into(), token.to_string());
                 }
-                if let Some(expiry) = creds.expiry() {
-                    if let Ok(d) = expiry.duration_since(std::time::UNIX_EPOCH) {
-                        map.insert("expires_at_millis".into(), d.as_millis().to_string());
-                    }
+                if let Some(expiry) = creds.expiry()
+                    && let Ok(d) = expiry.duration_since(std::time::UNIX_EPOCH)
+                {
+                    map.insert("expires_at_millis".into(), d.as_millis().to_string());
                 }
             }
         }

@@ -597,9 +597,13 @@ async fn rules_on_s3_endpoint_mode() {
     .await;
     let bucket = format!("lg-ep-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     // Creating a level-1 namespace creates its bucket.
-    cat.create_namespace(&[bucket.clone()], CreateMode::Create, HashMap::new())
-        .await
-        .unwrap();
+    cat.create_namespace(
+        std::slice::from_ref(&bucket),
+        CreateMode::Create,
+        HashMap::new(),
+    )
+    .await
+    .unwrap();
     assert!(
         cat.list_namespaces(&[], None, None)
             .await
@@ -633,9 +637,13 @@ async fn rules_on_s3_endpoint_mode() {
         .send()
         .await
         .unwrap();
-    cat.drop_namespace(&[bucket.clone()], DropMode::Fail, DropBehavior::Cascade)
-        .await
-        .unwrap();
+    cat.drop_namespace(
+        std::slice::from_ref(&bucket),
+        DropMode::Fail,
+        DropBehavior::Cascade,
+    )
+    .await
+    .unwrap();
     assert!(
         client.head_bucket().bucket(&bucket).send().await.is_ok(),
         "a bucket holding objects is kept"
@@ -648,12 +656,20 @@ async fn rules_on_s3_endpoint_mode() {
             .contains(&bucket)
     );
     let empty = format!("lg-ep-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
-    cat.create_namespace(&[empty.clone()], CreateMode::Create, HashMap::new())
-        .await
-        .unwrap();
-    cat.drop_namespace(&[empty.clone()], DropMode::Fail, DropBehavior::Restrict)
-        .await
-        .unwrap();
+    cat.create_namespace(
+        std::slice::from_ref(&empty),
+        CreateMode::Create,
+        HashMap::new(),
+    )
+    .await
+    .unwrap();
+    cat.drop_namespace(
+        std::slice::from_ref(&empty),
+        DropMode::Fail,
+        DropBehavior::Restrict,
+    )
+    .await
+    .unwrap();
     assert!(
         client.head_bucket().bucket(&empty).send().await.is_err(),
         "an empty bucket is removed"

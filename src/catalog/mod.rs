@@ -596,12 +596,12 @@ impl Catalog {
                     DropMode::Fail => Err(Error::namespace_not_found(&shown)),
                 };
             };
-            if let Some(since) = record.dropping_since_ms {
-                if !self.stale(since) {
-                    return Err(Error::conflict(format!(
-                        "namespace '{shown}' is already being dropped"
-                    )));
-                }
+            if let Some(since) = record.dropping_since_ms
+                && !self.stale(since)
+            {
+                return Err(Error::conflict(format!(
+                    "namespace '{shown}' is already being dropped"
+                )));
             }
             // 1. Mark: from here on no create under it can succeed.
             let marked = NamespaceRecord {
@@ -957,13 +957,11 @@ impl Catalog {
                 "location '{location}' holds no Lance dataset (no _versions/ manifest)"
             )));
         }
-        if overwrite {
-            if let Some((existing, _)) = self.read_table(id).await? {
-                if existing.data_key == probe.data_key {
-                    return self.replace_table_properties(id, properties).await;
-                }
-                self.forget_table(id, false).await?;
+        if overwrite && let Some((existing, _)) = self.read_table(id).await? {
+            if existing.data_key == probe.data_key {
+                return self.replace_table_properties(id, properties).await;
             }
+            self.forget_table(id, false).await?;
         }
         self.publish_table(id, Some(location), properties, "register")
             .await
@@ -1179,10 +1177,10 @@ impl Catalog {
     pub(crate) async fn release_location(&self, cell: &str, data_key: &str, uid: &str) {
         let key = Layout::location_claim_key(cell, data_key);
         let result = async {
-            if let Some((claim, etag)) = self.read::<LocationClaim>(&key).await? {
-                if claim.uid == uid {
-                    self.store.delete(&key, Condition::IfMatch(etag)).await?;
-                }
+            if let Some((claim, etag)) = self.read::<LocationClaim>(&key).await?
+                && claim.uid == uid
+            {
+                self.store.delete(&key, Condition::IfMatch(etag)).await?;
             }
             Ok::<_, Error>(())
         }

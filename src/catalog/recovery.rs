@@ -73,12 +73,12 @@ pub(crate) async fn settle_pending(catalog: &Catalog, key: &str, force: bool) ->
 }
 
 async fn remove_if_same(catalog: &Catalog, key: &str, uid: &str) -> Result<()> {
-    if let Some((t, etag)) = catalog.read_any::<TableRecord>(key).await? {
-        if t.uid == uid {
-            match catalog.store().delete(key, Condition::IfMatch(etag)).await {
-                Ok(()) | Err(StoreError::PreconditionFailed) => {}
-                Err(e) => return Err(e.into()),
-            }
+    if let Some((t, etag)) = catalog.read_any::<TableRecord>(key).await?
+        && t.uid == uid
+    {
+        match catalog.store().delete(key, Condition::IfMatch(etag)).await {
+            Ok(()) | Err(StoreError::PreconditionFailed) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
