@@ -469,6 +469,114 @@ async fn recovery_settles(cat: Arc<Catalog>, base: Vec<String>) {
         .unwrap();
 }
 
+/// Declares that stopped at each step (a crash, a lost connection to the store) leave nothing
+/// visible, and recovery or the next declare of the name settles what they left: a staged
+/// record with its data-folder claim, or a staged entry beside the record it had already
+/// published. An entry in the older `PendingRecord` shape settles the same way.
+async fn crashed_declares_settle(cat: Arc<Catalog>, base: Vec<String>) {
+    let mut ns = base.clone();
+    ns.push(common::unique("crash"));
+    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    let store = cat.store().clone();
+    let placed = cat.layout().place(&ns).unwrap();
+    let cell = placed.cell.clone();
+    let table = |name: &str| {
+        let mut t = ns.clone();
+        t.push(name.to_string());
+        t
+    };
+    let data_key = |name: &str| Layout::default_data_key(&placed, name, "");
+    let claim_key = |name: &str| Layout::location_claim_key(&cell, &data_key(name));
+    let pending_key = |name: &str| Layout::pending_table_key(&placed, name);
+    // What a declare stages: the record it will publish, here started long ago.
+    let staged = |name: &str| {
+        serde_json::json!({
+            "format_version": 1, "id": table(name), "uid": format!("crashed{name}"),
+            "data_key": data_key(name), "location": cat.layout().uri_of(&data_key(name)),
+            "created_at_ms": 1, "properties": {}, "origin": "declare",
+        })
+    };
+    let put = |key: String, value: serde_json::Value| {
+        let store = store.clone();
+        async move {
+            store
+                .put(&key, bytes::Bytes::from(value.to_string()), Condition::None)
+                .await
+                .unwrap();
+        }
+    };
+    let claim = |name: &str| serde_json::json!({"format_version": 1, "uid": format!("crashed{name}"), "table": table(name)});
+    let exists = |key: String| {
+        let store = store.clone();
+        async move { store.get(&key).await.unwrap().is_some() }
+    };
+
+    // a: staged and claimed, never published; b: the same, found by the next declare of the
+    // name; c: published, the staged entry left beside it; d: the older entry shape.
+    for name in ["a", "b", "c", "d"] {
+        put(claim_key(name), claim(name)).await;
+    }
+    put(pending_key("a"), staged("a")).await;
+    put(pending_key("b"), staged("b")).await;
+    put(pending_key("c"), staged("c")).await;
+    put(cat.table_key(&table("c")).unwrap(), staged("c")).await;
+    put(
+        pending_key("d"),
+        serde_json::json!({"format_version": 1, "op": "declare", "uid": "crashedd",
+            "started_at_ms": 1, "table": staged("d")}),
+    )
+    .await;
+
+    // Nothing half-made is visible.
+    for name in ["a", "b", "d"] {
+        let err = cat.describe_table(&table(name)).await.unwrap_err();
+        assert_eq!(err.code, Code::TableNotFound, "{name}");
+    }
+    let listed = cat.list_tables(&ns, None, None, true).await.unwrap().items;
+    assert_eq!(listed, vec!["c".to_string()]);
+
+    // The next declare of b settles its leftovers and gets the plain folder.
+    let b = cat
+        .declare_table(&table("b"), None, HashMap::new())
+        .await
+        .unwrap();
+    assert_eq!(b.data_key, data_key("b"));
+    assert!(!exists(pending_key("b")).await);
+
+    recovery::sweep(&cat).await.unwrap();
+    for name in ["a", "d"] {
+        assert!(!exists(pending_key(name)).await, "{name}: entry left");
+        assert!(!exists(claim_key(name)).await, "{name}: claim left");
+    }
+    // c was published: it keeps its record and its claim; only the entry goes.
+    assert!(!exists(pending_key("c")).await);
+    assert!(exists(claim_key("c")).await);
+    assert_eq!(
+        cat.describe_table(&table("c")).await.unwrap().uid,
+        "crashedc"
+    );
+    let err = cat
+        .declare_table(
+            &table("c2"),
+            Some(&cat.layout().uri_of(&data_key("c"))),
+            HashMap::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::InvalidInput);
+    // a's name and folder are free again.
+    let a = cat
+        .declare_table(&table("a"), None, HashMap::new())
+        .await
+        .unwrap();
+    assert_eq!(a.data_key, data_key("a"));
+    cat.drop_namespace(&ns, DropMode::Fail, DropBehavior::Cascade)
+        .await
+        .unwrap();
+}
+
 /// A paginated walk while other names are being created: every name that existed before
 /// the walk is returned exactly once, and nothing twice.
 async fn walk_during_creates(cat: Arc<Catalog>, base: Vec<String>) {
@@ -530,7 +638,8 @@ async fn all_rules(cat: Arc<Catalog>, base: Vec<String>) {
     walk_during_creates(cat.clone(), base.clone()).await;
     declare_race(cat.clone(), base.clone()).await;
     create_drop_race(cat.clone(), base.clone()).await;
-    recovery_settles(cat, base).await;
+    recovery_settles(cat.clone(), base.clone()).await;
+    crashed_declares_settle(cat, base).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -547,10 +656,9 @@ async fn rules_on_memory() {
     all_rules(cat, vec![]).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rules_on_local_directory() {
+async fn rules_on_local(sync: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let store = FsStore::open(dir.path()).unwrap();
+    let store = FsStore::open_with_sync(dir.path(), sync).unwrap();
     let root = store.root().to_path_buf();
     let cat = open(
         Arc::new(store),
@@ -559,6 +667,16 @@ async fn rules_on_local_directory() {
     )
     .await;
     all_rules(cat, vec![]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rules_on_local_directory() {
+    rules_on_local(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rules_on_local_directory_without_sync() {
+    rules_on_local(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

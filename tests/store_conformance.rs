@@ -80,6 +80,71 @@ async fn conformance(store: DynStore) {
     // unconditional delete of nothing succeeds
     store.delete("a/x.json", Condition::None).await.unwrap();
 
+    // publish: moves a staged object to a free key; refuses a taken key, leaving both as
+    // they were
+    store
+        .put("p/pending/t.json", b("rec"), Condition::IfAbsent)
+        .await
+        .unwrap();
+    let etag = store
+        .publish("p/pending/t.json", "p/tables/t.json", b("rec"))
+        .await
+        .unwrap();
+    let got = store.get("p/tables/t.json").await.unwrap().unwrap();
+    assert_eq!(got.body, b("rec"));
+    assert_eq!(got.etag, etag);
+    assert!(store.get("p/pending/t.json").await.unwrap().is_none());
+    store
+        .put("p/pending/t.json", b("other"), Condition::IfAbsent)
+        .await
+        .unwrap();
+    let err = store
+        .publish("p/pending/t.json", "p/tables/t.json", b("other"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::PreconditionFailed), "{err}");
+    assert_eq!(
+        store.get("p/tables/t.json").await.unwrap().unwrap().body,
+        b("rec")
+    );
+    assert_eq!(
+        store.get("p/pending/t.json").await.unwrap().unwrap().body,
+        b("other")
+    );
+    // the published object is an ordinary object: replaceable by its tag
+    store
+        .put("p/tables/t.json", b("rec2"), Condition::IfMatch(etag))
+        .await
+        .unwrap();
+    // racing publishes of different staged objects to one key: exactly one wins
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let staged = format!("p/pending/r{i}.json");
+            let body = b(&format!("r{i}"));
+            store
+                .put(&staged, body.clone(), Condition::IfAbsent)
+                .await
+                .unwrap();
+            store.publish(&staged, "p/tables/r.json", body).await
+        }));
+    }
+    let mut winners = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.unwrap() {
+            Ok(_) => winners.push(i),
+            Err(StoreError::PreconditionFailed) => {}
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(
+        store.get("p/tables/r.json").await.unwrap().unwrap().body,
+        b(&format!("r{}", winners[0]))
+    );
+    store.delete_prefix("p/").await.unwrap();
+
     // listing: order, start-after, limit, shallow vs deep
     for key in [
         "l/b.json",
@@ -193,6 +258,16 @@ async fn memory_store_conforms() {
 async fn fs_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     conformance(Arc::new(FsStore::open(dir.path()).unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_store_without_sync_conforms() {
+    // Without fs_sync the store works on the calling task instead of the blocking pool.
+    let dir = tempfile::tempdir().unwrap();
+    conformance(Arc::new(
+        FsStore::open_with_sync(dir.path(), false).unwrap(),
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

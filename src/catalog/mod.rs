@@ -119,6 +119,7 @@ impl DropBehavior {
 }
 
 /// The outcome of claiming a data folder.
+#[derive(PartialEq, Eq)]
 enum Claim {
     Claimed,
     /// The same folder is claimed by this table.
@@ -375,7 +376,11 @@ impl Catalog {
                 table: None,
                 rename_from: None,
             };
-            if self.begin_pending(&pending_key, &pending).await?.is_none() {
+            if self
+                .begin_pending(&pending_key, encode(&pending))
+                .await?
+                .is_none()
+            {
                 return self.create_namespace_lost_race(id, mode).await;
             }
             let result = async {
@@ -726,13 +731,9 @@ impl Catalog {
 
     /// Writes a pending entry and returns its ETag; `None` when another live operation holds
     /// the name. An abandoned entry is settled and the write retried.
-    async fn begin_pending(&self, key: &str, pending: &PendingRecord) -> Result<Option<String>> {
+    async fn begin_pending(&self, key: &str, body: Bytes) -> Result<Option<String>> {
         for _ in 0..2 {
-            match self
-                .store
-                .put(key, encode(pending), Condition::IfAbsent)
-                .await
-            {
+            match self.store.put(key, body.clone(), Condition::IfAbsent).await {
                 Ok(etag) => return Ok(Some(etag)),
                 Err(StoreError::PreconditionFailed) => {
                     if !self.settle_pending(key).await? {
@@ -989,6 +990,12 @@ impl Catalog {
         Ok(updated)
     }
 
+    /// Creates table `id` (declare or register). The steps, each visible to racing requests
+    /// and to recovery before the next one starts:
+    /// 1. stage the record as the name's pending entry (a racing create of the same name, a
+    ///    drop of the namespace and recovery all see it from here on);
+    /// 2. check the namespace is open, and claim the data folder, side by side;
+    /// 3. publish the staged record under its name (refused if the name is taken).
     async fn publish_table(
         &self,
         id: &[String],
@@ -999,6 +1006,7 @@ impl Catalog {
         let (parent, name) = self.split_table(id)?;
         let placed = self.layout.place(parent)?;
         let final_key = Layout::table_key(&placed, name);
+        let pending_key = Layout::pending_table_key(&placed, name);
         let shown = self.show(id);
         let uid = new_uid();
         let data_key = match location {
@@ -1015,42 +1023,35 @@ impl Catalog {
             properties,
             origin: origin.to_string(),
         };
-        let pending_key = Layout::pending_table_key(&placed, name);
-        let mut pending = PendingRecord {
-            format_version: FORMAT_VERSION,
-            op: origin.to_string(),
-            uid: uid.clone(),
-            started_at_ms: now_ms(),
-            table: Some(record.clone()),
-            rename_from: None,
-        };
-        let Some(pending_etag) = self.begin_pending(&pending_key, &pending).await? else {
+        let Some(pending_etag) = self.begin_pending(&pending_key, encode(&record)).await? else {
             return Err(Error::table_exists(&shown));
         };
         let mut claimed = false;
         let result = async {
-            self.ensure_open_namespace(parent).await?;
-            // A request that finished just before our pending entry was written.
-            if self.read::<TableRecord>(&final_key).await?.is_some() {
-                return Err(Error::table_exists(&shown));
-            }
-            match self
-                .claim_location(&placed.cell, &record.data_key, &uid, id)
-                .await?
-            {
+            let (open, claim) = tokio::join!(
+                self.ensure_open_namespace(parent),
+                self.claim_location(&placed.cell, &record.data_key, &uid, id)
+            );
+            let claim = claim?;
+            claimed = claim == Claim::Claimed;
+            open?;
+            match claim {
                 Claim::Claimed => {}
+                // The claim may be refused because the name is taken, by its own folder.
+                _ if self.read::<TableRecord>(&final_key).await?.is_some() => {
+                    return Err(Error::table_exists(&shown));
+                }
                 Claim::Taken(_) if location.is_none() => {
                     // The server's plain choice is held, say by a renamed table that kept its
-                    // folder: take a unique one, recording it in the pending entry first so
-                    // recovery knows which claim to release.
+                    // folder: take a unique one, restaging the record first so recovery knows
+                    // which claim to release.
                     record.data_key =
                         Layout::default_data_key(&placed, name, &format!("-{}", &uid[..8]));
                     record.location = self.layout.uri_of(&record.data_key);
-                    pending.table = Some(record.clone());
                     self.store
                         .put(
                             &pending_key,
-                            encode(&pending),
+                            encode(&record),
                             Condition::IfMatch(pending_etag.clone()),
                         )
                         .await?;
@@ -1058,31 +1059,57 @@ impl Catalog {
                         .claim_location(&placed.cell, &record.data_key, &uid, id)
                         .await?
                     {
-                        Claim::Claimed => {}
+                        Claim::Claimed => claimed = true,
                         refused => return Err(self.claim_error(&record.data_key, refused)),
                     }
                 }
                 refused => return Err(self.claim_error(&record.data_key, refused)),
             }
-            claimed = true;
-            self.still_in_time(pending.started_at_ms)?;
-            match self
-                .store
-                .put(&final_key, encode(&record), Condition::IfAbsent)
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(StoreError::PreconditionFailed) => Err(Error::table_exists(&shown)),
-                Err(e) => Err(e.into()),
-            }
+            self.still_in_time(record.created_at_ms)?;
+            Ok(())
         }
         .await;
-        if result.is_err() && claimed {
-            self.release_location(&placed.cell, &record.data_key, &uid)
-                .await;
+        if let Err(e) = result {
+            if claimed {
+                self.release_location(&placed.cell, &record.data_key, &uid)
+                    .await;
+            }
+            self.end_pending(&pending_key).await;
+            return Err(e);
         }
-        self.end_pending(&pending_key).await;
-        result.map(|()| record)
+        match self
+            .store
+            .publish(&pending_key, &final_key, encode(&record))
+            .await
+        {
+            Ok(_) => Ok(record),
+            Err(StoreError::PreconditionFailed) => {
+                self.release_location(&placed.cell, &record.data_key, &uid)
+                    .await;
+                self.end_pending(&pending_key).await;
+                Err(Error::table_exists(&shown))
+            }
+            Err(e) => {
+                // The record may have landed anyway (say, a timed-out S3 request that
+                // succeeded): look before undoing anything. If even that fails, the staged
+                // entry stays for recovery, which keeps or undoes the create.
+                let failed = Error::unavailable("the table could not be published")
+                    .with_detail(e.to_string());
+                match self.read::<TableRecord>(&final_key).await {
+                    Ok(Some((landed, _))) if landed.uid == uid => {
+                        self.end_pending(&pending_key).await;
+                        Ok(record)
+                    }
+                    Ok(_) => {
+                        self.release_location(&placed.cell, &record.data_key, &uid)
+                            .await;
+                        self.end_pending(&pending_key).await;
+                        Err(failed)
+                    }
+                    Err(_) => Err(failed),
+                }
+            }
+        }
     }
 
     fn claim_error(&self, data_key: &str, refused: Claim) -> Error {
@@ -1277,7 +1304,11 @@ impl Catalog {
             table: Some(moved.clone()),
             rename_from: Some(id.to_vec()),
         };
-        if self.begin_pending(&pending_key, &pending).await?.is_none() {
+        if self
+            .begin_pending(&pending_key, encode(&pending))
+            .await?
+            .is_none()
+        {
             return Err(Error::table_exists(&shown_new));
         }
         let result = async {

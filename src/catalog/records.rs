@@ -70,6 +70,33 @@ pub struct PendingRecord {
     pub rename_from: Option<Vec<String>>,
 }
 
+/// A pending entry as stored. A table create (declare, register) stages the very record it
+/// will publish, so a store that can move objects publishes it without writing it again;
+/// renames and namespace creates stage a `PendingRecord`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PendingEntry {
+    Op(PendingRecord),
+    Staged(TableRecord),
+}
+
+impl PendingEntry {
+    /// The entry as the operation it stands for.
+    pub fn into_pending(self) -> PendingRecord {
+        match self {
+            PendingEntry::Op(pending) => pending,
+            PendingEntry::Staged(table) => PendingRecord {
+                format_version: table.format_version,
+                op: table.origin.clone(),
+                uid: table.uid.clone(),
+                started_at_ms: table.created_at_ms,
+                table: Some(table),
+                rename_from: None,
+            },
+        }
+    }
+}
+
 /// A drop or deregister in flight: written before the table record is deleted.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DropRecord {

@@ -3,8 +3,9 @@
 //! than the grace period belong to a live operation and are left alone. Each step is a
 //! conditional write, so two gateways settling the same entry agree.
 //!
-//! - pending create (`create_namespace`, `declare`, `register`): if the record was published,
-//!   keep it; otherwise release the data-folder claim. Then remove the entry.
+//! - pending create (`create_namespace`, or `declare` and `register`, whose entry is the
+//!   staged table record itself): if the record was published, keep it; otherwise release
+//!   the data-folder claim. Then remove the entry.
 //! - pending `rename`: if the new name was published, make sure the old one is gone; if the
 //!   old name still holds the same table, the rename never happened; otherwise the rename
 //!   passed its point of no return, so publish the new name. Then remove the entry.
@@ -12,7 +13,7 @@
 //!   happened; otherwise delete the data (for a drop) and release the claim. Then remove it.
 
 use super::layout::Layout;
-use super::records::{DropRecord, PendingRecord, TableRecord};
+use super::records::{DropRecord, PendingEntry, TableRecord};
 use super::{Catalog, record_bytes};
 use crate::error::Result;
 use crate::store::{Condition, StoreError};
@@ -20,9 +21,10 @@ use crate::store::{Condition, StoreError};
 /// Settles the pending entry at `key`. With `force`, settles it whatever its age (used only
 /// when the namespace holding it is being removed). `Ok(true)` when it is gone.
 pub(crate) async fn settle_pending(catalog: &Catalog, key: &str, force: bool) -> Result<bool> {
-    let Some((pending, etag)) = catalog.read_any::<PendingRecord>(key).await? else {
+    let Some((entry, etag)) = catalog.read_any::<PendingEntry>(key).await? else {
         return Ok(true);
     };
+    let pending = entry.into_pending();
     if !force && !catalog.is_stale(pending.started_at_ms) {
         return Ok(false);
     }

@@ -1,13 +1,23 @@
 //! The local-directory store: the embedded default. Objects are files under a root folder.
 //!
 //! Guarantees, on one machine and across processes sharing the folder:
-//! - a write lands whole or not at all (temporary file, `sync_data` unless turned off with
-//!   `fs_sync = false`, then `rename`);
-//! - conditional writes and deletes are atomic: the check and the act run under an exclusive
-//!   `flock` on `<root>/.lance-gateway.lock` (plus an in-process mutex, since `flock` is held
-//!   per open file description);
+//! - a write lands whole or not at all (temporary file, then `rename`);
+//! - with `fs_sync` (the default) a write or delete is durable when it returns: the file's
+//!   data is synced before it is published and its folder after, so an acknowledged change
+//!   survives a power loss. Without it, changes are still atomic and survive a crash of the
+//!   process, as Lance's own writes to a local directory do, but a power loss may drop the
+//!   latest ones;
+//! - every write and delete is atomic with respect to its condition: the check and the act
+//!   run under an exclusive `flock` on `<root>/.lance-gateway.lock` (plus an in-process mutex,
+//!   since `flock` is held per open file description);
 //! - the ETag changes on every write: it is built from the new file's inode, size and
 //!   modification time, so a rewrite with identical bytes still gets a new tag.
+//!
+//! Where the work runs: reading, writing or removing one small record is a handful of
+//! system calls against the page cache (tens of microseconds), less than handing it to
+//! another thread costs, so those run on the calling task. What can take long runs on
+//! tokio's blocking pool: every synced write or delete (an fsync is about half a millisecond
+//! on an SSD), listing a folder, and deleting a table's data.
 
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
@@ -30,7 +40,7 @@ pub struct FsStore {
 struct Inner {
     root: PathBuf,
     lock: Mutex<File>,
-    /// `sync_data` every write before it is published (survives power loss, not only crashes).
+    /// Sync every write and delete before returning (survives power loss, not only crashes).
     sync: bool,
 }
 
@@ -63,6 +73,7 @@ impl FsStore {
         &self.inner.root
     }
 
+    /// Runs `f` on tokio's blocking pool: for work that may take milliseconds.
     async fn blocking<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -72,6 +83,19 @@ impl FsStore {
         tokio::task::spawn_blocking(move || f(&inner))
             .await
             .map_err(|e| StoreError::Other(format!("store task failed: {e}")))?
+    }
+
+    /// Runs a write or delete: on the calling task, or on the blocking pool when it syncs.
+    async fn mutation<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> StoreResult<T> + Send + 'static,
+    {
+        if self.inner.sync {
+            self.blocking(f).await
+        } else {
+            f(&self.inner)
+        }
     }
 }
 
@@ -144,6 +168,9 @@ impl Inner {
     }
 
     fn check(&self, path: &Path, cond: &Condition) -> StoreResult<()> {
+        if *cond == Condition::None {
+            return Ok(());
+        }
         let current = self.current_etag(path)?;
         match (cond, current) {
             (Condition::None, _) | (Condition::IfAbsent, None) => Ok(()),
@@ -152,48 +179,135 @@ impl Inner {
         }
     }
 
+    /// Creates `dir` and any missing folders above it; when syncing, each new folder's
+    /// entry is made durable in its parent.
+    fn make_dirs(&self, dir: &Path) -> StoreResult<()> {
+        if dir.is_dir() {
+            return Ok(());
+        }
+        let mut missing = vec![dir];
+        while let Some(parent) = missing.last().and_then(|d| d.parent()) {
+            if parent.is_dir() || parent == self.root {
+                break;
+            }
+            missing.push(parent);
+        }
+        for created in missing.into_iter().rev() {
+            match fs::create_dir(created) {
+                Ok(()) => {}
+                // Another writer made it first.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io(e)),
+            }
+            if let Some(parent) = created.parent() {
+                self.sync_dir(parent)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the entries of `dir` (a rename into it, a removal) durable, when syncing.
+    fn sync_dir(&self, dir: &Path) -> StoreResult<()> {
+        if self.sync {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` (which creates an entry in `dir`), creating `dir` first if `f` finds it
+    /// missing: folders are made only when needed, without a check on every write.
+    fn in_dir<T>(&self, dir: &Path, f: impl Fn() -> std::io::Result<T>) -> StoreResult<T> {
+        match f() {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.make_dirs(dir)?;
+                f().map_err(io)
+            }
+            other => other.map_err(io),
+        }
+    }
+
     fn put(&self, key: &str, body: &[u8], cond: &Condition) -> StoreResult<String> {
         let path = self.path(key)?;
         let dir = path
             .parent()
             .ok_or_else(|| StoreError::Other("key has no folder".into()))?;
-        fs::create_dir_all(dir).map_err(io)?;
         let tmp = dir.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4().simple()));
-        let write = || -> std::io::Result<()> {
-            let mut file = File::create(&tmp)?;
-            file.write_all(body)?;
-            if self.sync { file.sync_data() } else { Ok(()) }
-        };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
-            return Err(io(e));
-        }
-        let result = self.locked(|| {
-            self.check(&path, cond)?;
-            fs::rename(&tmp, &path).map_err(io)?;
-            let meta = fs::metadata(&path).map_err(io)?;
-            Ok(etag_of(&meta))
+        let written = self
+            .in_dir(dir, || File::create(&tmp))
+            .and_then(|mut file| {
+                file.write_all(body).map_err(io)?;
+                if self.sync {
+                    file.sync_data().map_err(io)?;
+                }
+                // Renaming keeps the inode and modification time, so this is the final tag.
+                Ok(etag_of(&file.metadata().map_err(io)?))
+            });
+        let result = written.and_then(|etag| {
+            self.locked(|| {
+                self.check(&path, cond)?;
+                fs::rename(&tmp, &path).map_err(io)?;
+                Ok(etag)
+            })
         });
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }
-        result
+        let etag = result?;
+        self.sync_dir(dir)?;
+        Ok(etag)
+    }
+
+    /// Hard-links `staged` at `key` (which fails if `key` exists), then unlinks `staged`:
+    /// the record is moved, not rewritten, and no file is created or freed.
+    fn publish(&self, staged: &str, key: &str) -> StoreResult<String> {
+        let from = self.path(staged)?;
+        let to = self.path(key)?;
+        let dir = to
+            .parent()
+            .ok_or_else(|| StoreError::Other("key has no folder".into()))?;
+        let etag = self.locked(|| {
+            let mut linked = fs::hard_link(&from, &to);
+            if matches!(&linked, Err(e) if e.kind() == ErrorKind::NotFound) && from.exists() {
+                // The first table of a namespace: its folder is made here.
+                self.make_dirs(dir)?;
+                linked = fs::hard_link(&from, &to);
+            }
+            match linked {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    return Err(StoreError::PreconditionFailed);
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    return Err(StoreError::Other(format!(
+                        "the staged object '{staged}' is gone"
+                    )));
+                }
+                Err(e) => return Err(io(e)),
+            }
+            // Best-effort, as the trait allows: a leftover is removed by recovery.
+            let _ = fs::remove_file(&from);
+            Ok(etag_of(&fs::metadata(&to).map_err(io)?))
+        })?;
+        self.sync_dir(dir)?;
+        Ok(etag)
     }
 
     fn delete(&self, key: &str, cond: &Condition) -> StoreResult<()> {
         let path = self.path(key)?;
-        let remove = || match fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io(e)),
-        };
-        if *cond == Condition::None {
-            return remove();
-        }
-        self.locked(|| {
+        // Unconditional deletes take the lock too, so none lands between another
+        // operation's check and its act.
+        let removed = self.locked(|| {
             self.check(&path, cond)?;
-            remove()
-        })
+            match fs::remove_file(&path) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(io(e)),
+            }
+        })?;
+        if removed && let Some(dir) = path.parent() {
+            self.sync_dir(dir)?;
+        }
+        Ok(())
     }
 
     /// Collects the keys under `dir` (recursively unless `shallow`) into `out`.
@@ -232,6 +346,20 @@ impl Inner {
         Ok(())
     }
 
+    /// The folder a listing of `prefix` reads, and its key prefix (empty or ending in `/`).
+    fn list_folder(&self, prefix: &str) -> StoreResult<(PathBuf, String)> {
+        let folder = prefix
+            .rsplit_once('/')
+            .map(|(d, _)| format!("{d}/"))
+            .unwrap_or_default();
+        let dir = if folder.is_empty() {
+            self.root.clone()
+        } else {
+            self.path(folder.trim_end_matches('/'))?
+        };
+        Ok((dir, folder))
+    }
+
     fn list(
         &self,
         prefix: &str,
@@ -239,16 +367,7 @@ impl Inner {
         limit: usize,
         shallow: bool,
     ) -> StoreResult<Page> {
-        // Split the prefix into the folder to read and a name prefix within it.
-        let (folder, _) = prefix
-            .rsplit_once('/')
-            .map(|(d, n)| (format!("{d}/"), n))
-            .unwrap_or((String::new(), prefix));
-        let dir = if folder.is_empty() {
-            self.root.clone()
-        } else {
-            self.path(folder.trim_end_matches('/'))?
-        };
+        let (dir, folder) = self.list_folder(prefix)?;
         let mut keys = Vec::new();
         self.walk(&dir, &folder, shallow, &mut keys)?;
         keys.retain(|k| {
@@ -276,23 +395,25 @@ impl Inner {
 #[async_trait]
 impl Store for FsStore {
     async fn get(&self, key: &str) -> StoreResult<Option<Object>> {
-        let key = key.to_string();
-        self.blocking(move |inner| {
-            let path = inner.path(&key)?;
-            inner.read(&path)
-        })
-        .await
+        let inner = &self.inner;
+        inner.read(&inner.path(key)?)
     }
 
     async fn put(&self, key: &str, body: Bytes, cond: Condition) -> StoreResult<String> {
         let key = key.to_string();
-        self.blocking(move |inner| inner.put(&key, &body, &cond))
+        self.mutation(move |inner| inner.put(&key, &body, &cond))
             .await
     }
 
     async fn delete(&self, key: &str, cond: Condition) -> StoreResult<()> {
         let key = key.to_string();
-        self.blocking(move |inner| inner.delete(&key, &cond)).await
+        self.mutation(move |inner| inner.delete(&key, &cond)).await
+    }
+
+    async fn publish(&self, staged: &str, key: &str, _body: Bytes) -> StoreResult<String> {
+        let (staged, key) = (staged.to_string(), key.to_string());
+        self.mutation(move |inner| inner.publish(&staged, &key))
+            .await
     }
 
     async fn list(
@@ -302,6 +423,12 @@ impl Store for FsStore {
         limit: usize,
         shallow: bool,
     ) -> StoreResult<Page> {
+        // Many listings ask about a folder that does not exist (say, the claims below a new
+        // table's data folder): one `stat` answers those here.
+        let (dir, _) = self.inner.list_folder(prefix)?;
+        if !dir.is_dir() {
+            return Ok(Page::default());
+        }
         let prefix = prefix.to_string();
         let start_after = start_after.map(str::to_string);
         self.blocking(move |inner| inner.list(&prefix, start_after.as_deref(), limit, shallow))
@@ -315,13 +442,10 @@ impl Store for FsStore {
     }
 
     async fn check(&self) -> StoreResult<()> {
-        self.blocking(|inner| {
-            let meta = fs::metadata(&inner.root).map_err(io)?;
-            if meta.permissions().readonly() {
-                return Err(StoreError::Other("warehouse folder is read-only".into()));
-            }
-            Ok(())
-        })
-        .await
+        let meta = fs::metadata(&self.inner.root).map_err(io)?;
+        if meta.permissions().readonly() {
+            return Err(StoreError::Other("warehouse folder is read-only".into()));
+        }
+        Ok(())
     }
 }

@@ -82,6 +82,20 @@ pub trait Store: Send + Sync + 'static {
     /// whatever is there and succeeds when nothing is.
     async fn delete(&self, key: &str, cond: Condition) -> StoreResult<()>;
 
+    /// Publishes `body` at `key` if nothing is there, and removes `staged`: an object the
+    /// caller wrote earlier with exactly these bytes (a pending entry). At every moment the
+    /// object is at `staged`, at `key`, or at both, never at neither. `PreconditionFailed`
+    /// when `key` exists; `staged` is then left as it was. The removal of `staged` is
+    /// best-effort (recovery removes a leftover). A store that can move an object atomically
+    /// moves `staged` instead of writing the bytes again.
+    async fn publish(&self, staged: &str, key: &str, body: Bytes) -> StoreResult<String> {
+        let etag = self.put(key, body, Condition::IfAbsent).await?;
+        if let Err(e) = self.delete(staged, Condition::None).await {
+            tracing::warn!(staged, error = %e, "could not remove a published pending entry");
+        }
+        Ok(etag)
+    }
+
     /// Lists keys that start with `prefix` and sort after `start_after`, at most `limit`.
     /// With `shallow`, only keys with no further `/` after the prefix are returned (the
     /// direct children of a folder); deeper keys are skipped, not counted.
