@@ -7,7 +7,8 @@ Both serve a local-directory warehouse on this machine, in separate processes, i
   4. a paginated walk of the table list (limit 100)
   5. the server's peak RSS (VmHWM), and lance-gateway's with --rss-tables tables
 
-Prints a table with the ratios (gateway / reference). Timings vary with the machine's load:
+Each server runs twice, the rounds in opposite orders, on a fresh warehouse each time; the
+table shows the means and the ratios (gateway / reference). Timings vary with the machine's load:
 this is a script to read, not a test to pass. Usage:
   python bench/metadata.py [--tables 1000] [--rss-tables 10000] [--seconds 10]
 """
@@ -170,25 +171,44 @@ def main():
     gateway_bin = args.gateway or os.path.expanduser("~/.cache/lance-gateway/target/release/lance-gateway")
 
     rows = {}
-    for name in ["lance-gateway", "lance-gateway (fs_sync off)", "reference RestAdapter(dir)"]:
-        root = tempfile.mkdtemp(prefix="bench-wh-")
-        port = free_port()
-        if name.startswith("lance-gateway"):
-            sync = "false" if "off" in name else "true"
-            argv = [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root, "--fs-sync", sync]
-            os.environ["RUST_LOG"] = "warn"
-        else:
-            argv = [sys.executable, "-c", REFERENCE_SERVER, root, str(port)]
-        server = Server(name, argv, port)
-        try:
-            print(f"running {name} ...", file=sys.stderr, flush=True)
-            rows[name] = bench_server(server, args.tables, args.seconds, wrk)
-        finally:
-            server.stop()
+    # Warehouses are removed only at the end: deleting thousands of files just before the
+    # next server runs slows that server's file creation (ext4 skips recently freed inodes).
+    roots = []
+    try:
+        run_all(args, gateway_bin, wrk, rows, roots)
+    finally:
+        for root in roots:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def run_all(args, gateway_bin, wrk, rows, roots):
+    names = ["lance-gateway", "lance-gateway (fs_sync off)", "reference RestAdapter(dir)"]
+    # Two rounds in opposite orders, averaged: a drift in the machine's state during the run
+    # (other load, the file system settling) then weighs on every server alike.
+    runs = {name: [] for name in names}
+    for round_names in (names, names[::-1]):
+        for name in round_names:
+            root = tempfile.mkdtemp(prefix="bench-wh-")
+            roots.append(root)
+            port = free_port()
+            if name.startswith("lance-gateway"):
+                sync = "false" if "off" in name else "true"
+                argv = [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root, "--fs-sync", sync]
+                os.environ["RUST_LOG"] = "warn"
+            else:
+                argv = [sys.executable, "-c", REFERENCE_SERVER, root, str(port)]
+            server = Server(name, argv, port)
+            try:
+                print(f"running {name} ...", file=sys.stderr, flush=True)
+                runs[name].append(bench_server(server, args.tables, args.seconds, wrk))
+            finally:
+                server.stop()
+    for name, results in runs.items():
+        rows[name] = {m: sum(r[m] for r in results) / len(results) for m in results[0]}
 
     # lance-gateway alone at the RSS target's size
     root = tempfile.mkdtemp(prefix="bench-rss-")
+    roots.append(root)
     port = free_port()
     server = Server("lance-gateway", [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root], port)
     try:
@@ -209,10 +229,10 @@ def main():
         rss_big = server.peak_rss_mib()
     finally:
         server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
     gw, nosync, ref = rows["lance-gateway"], rows["lance-gateway (fs_sync off)"], rows["reference RestAdapter(dir)"]
-    print(f"\nMetadata benchmark, local-directory warehouse, {args.tables} tables, wrk -t2 -c16 -d{args.seconds}s")
+    print(f"\nMetadata benchmark, local-directory warehouse, {args.tables} tables, wrk -t2 -c16 -d{args.seconds}s,"
+          " mean of two rounds")
     print(f"{'metric':34} {'gateway':>10} {'reference':>10} {'ratio':>7}   {'gw no-sync':>10} {'ratio':>7}")
     for metric in gw:
         r1 = gw[metric] / ref[metric] if ref[metric] else float("inf")

@@ -1167,21 +1167,18 @@ impl Catalog {
                     Layout::location_claim_key(cell, &format!("{cell}{}", segments[..n].join("/")))
                 })
                 .collect();
-            for found in join_all(ancestors.iter().map(|k| self.read::<LocationClaim>(k))).await {
+            // The folders above and the folders below are looked up side by side.
+            let below_prefix = Layout::location_claims_below(cell, data_key);
+            let (above, below) = tokio::join!(
+                join_all(ancestors.iter().map(|k| self.read::<LocationClaim>(k))),
+                self.store.list(&below_prefix, None, 1, false)
+            );
+            for found in above {
                 if let Some((c, _)) = found? {
                     return Ok(Some(c));
                 }
             }
-            let below = self
-                .store
-                .list(
-                    &Layout::location_claims_below(cell, data_key),
-                    None,
-                    1,
-                    false,
-                )
-                .await?;
-            if let Some(k) = below.keys.first() {
+            if let Some(k) = below?.keys.first() {
                 return Ok(self.read::<LocationClaim>(k).await?.map(|(c, _)| c));
             }
             Ok::<_, Error>(None)
