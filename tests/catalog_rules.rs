@@ -108,6 +108,19 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::NamespaceNotFound);
+    // ...and leaves nothing behind: once the namespace exists, the same declare gets the
+    // plain folder (the failed one's claim on it was released).
+    cat.create_namespace(&with(&["gone"]), CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    let t2 = cat
+        .declare_table(&with(&["gone", "t"]), None, HashMap::new())
+        .await
+        .unwrap();
+    assert!(t2.location.ends_with("gone/t.lance"), "{}", t2.location);
+    cat.drop_namespace(&with(&["gone"]), DropMode::Fail, DropBehavior::Cascade)
+        .await
+        .unwrap();
     assert_eq!(
         cat.describe_table(&with(&["ml", "emb"]))
             .await
