@@ -87,7 +87,8 @@ pub trait Store: Send + Sync + 'static {
     /// object is at `staged`, at `key`, or at both, never at neither. `PreconditionFailed`
     /// when `key` exists; `staged` is then left as it was. The removal of `staged` is
     /// best-effort (recovery removes a leftover). A store that can move an object atomically
-    /// moves `staged` instead of writing the bytes again.
+    /// moves `staged` instead of writing the bytes again; such a store refuses (with `Other`)
+    /// when `staged` is gone, where the others publish `body` all the same.
     async fn publish(&self, staged: &str, key: &str, body: Bytes) -> StoreResult<String> {
         let etag = self.put(key, body, Condition::IfAbsent).await?;
         if let Err(e) = self.delete(staged, Condition::None).await {
