@@ -10,7 +10,8 @@
 //!                                      mode also the level-1 namespace's properties)
 //! ns/<a>/<b>.json                      namespace [a, b] (one record per namespace)
 //! tables/<a>/<b>/<t>.json              table [a, b, t]
-//! pending/<a>/<t>.table.json           a create or rename of [a, t] in flight
+//! pending/<a>/<t>.table.json           a create (the staged table record) or rename of [a, t]
+//!                                      in flight
 //! pending/<a>/<n>.ns.json              a create of namespace [a, n] in flight
 //! drops/<uid>.json                     a drop or deregister in flight
 //! locations/<seg>/<seg>.lance.json     the claim on a table's data location

@@ -54,7 +54,8 @@ pub struct TableRecord {
 }
 
 /// An operation in flight that creates a name: written before the operation's first visible
-/// step, removed after its last. `recovery` finishes or undoes those left by a crash.
+/// step, removed after its last. `recovery` finishes or undoes those left by a crash. Table
+/// creates stage their record instead (see `PendingEntry`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PendingRecord {
     pub format_version: u32,
