@@ -558,7 +558,28 @@ async fn crashed_declares_settle(cat: Arc<Catalog>, base: Vec<String>) {
     assert_eq!(b.data_key, data_key("b"));
     assert!(!exists(pending_key("b")).await);
 
-    recovery::sweep(&cat).await.unwrap();
+    // r: published with its staged entry left beside it, then renamed away (it keeps its
+    // folder); e: arrived by a rename whose entry was left behind, then dropped. Neither
+    // leftover may cost a table its folder or bring a dropped table back.
+    put(claim_key("r"), claim("r")).await;
+    put(pending_key("r"), staged("r")).await;
+    put(cat.table_key(&table("r")).unwrap(), staged("r")).await;
+    cat.rename_table(&table("r"), &table("r_moved"))
+        .await
+        .unwrap();
+    put(claim_key("e"), claim("e")).await;
+    put(
+        pending_key("e"),
+        serde_json::json!({"format_version": 1, "op": "rename", "uid": "crashede",
+            "started_at_ms": 1, "table": staged("e"), "rename_from": table("e_old")}),
+    )
+    .await;
+    put(cat.table_key(&table("e")).unwrap(), staged("e")).await;
+    cat.drop_table(&table("e"), true).await.unwrap();
+    // An entry no gateway can read is reported, and does not stop recovery of the others.
+    put(pending_key("zz"), serde_json::json!("not a record")).await;
+
+    assert!(recovery::sweep(&cat).await.is_err());
     for name in ["a", "d"] {
         assert!(!exists(pending_key(name)).await, "{name}: entry left");
         assert!(!exists(claim_key(name)).await, "{name}: claim left");
@@ -579,6 +600,34 @@ async fn crashed_declares_settle(cat: Arc<Catalog>, base: Vec<String>) {
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::InvalidInput);
+    assert!(!exists(pending_key("r")).await);
+    assert!(
+        exists(claim_key("r")).await,
+        "the renamed table lost its folder claim"
+    );
+    assert_eq!(
+        cat.describe_table(&table("r_moved"))
+            .await
+            .unwrap()
+            .data_key,
+        data_key("r")
+    );
+    let r = cat
+        .declare_table(&table("r"), None, HashMap::new())
+        .await
+        .unwrap();
+    assert_ne!(r.data_key, data_key("r"), "two tables on one folder");
+    assert_eq!(
+        cat.describe_table(&table("e")).await.unwrap_err().code,
+        Code::TableNotFound,
+        "a dropped table came back"
+    );
+    assert!(!exists(pending_key("e")).await);
+    store
+        .delete(&pending_key("zz"), Condition::None)
+        .await
+        .unwrap();
+    recovery::sweep(&cat).await.unwrap();
     // a's name and folder are free again.
     let a = cat
         .declare_table(&table("a"), None, HashMap::new())

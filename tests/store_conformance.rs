@@ -82,24 +82,24 @@ async fn conformance(store: DynStore) {
 
     // publish: moves a staged object to a free key; refuses a taken key, leaving both as
     // they were
-    store
+    let staged = store
         .put("p/pending/t.json", b("rec"), Condition::IfAbsent)
         .await
         .unwrap();
     let etag = store
-        .publish("p/pending/t.json", "p/tables/t.json", b("rec"))
+        .publish("p/pending/t.json", &staged, "p/tables/t.json", b("rec"))
         .await
         .unwrap();
     let got = store.get("p/tables/t.json").await.unwrap().unwrap();
     assert_eq!(got.body, b("rec"));
     assert_eq!(got.etag, etag);
     assert!(store.get("p/pending/t.json").await.unwrap().is_none());
-    store
+    let staged = store
         .put("p/pending/t.json", b("other"), Condition::IfAbsent)
         .await
         .unwrap();
     let err = store
-        .publish("p/pending/t.json", "p/tables/t.json", b("other"))
+        .publish("p/pending/t.json", &staged, "p/tables/t.json", b("other"))
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::PreconditionFailed), "{err}");
@@ -116,18 +116,50 @@ async fn conformance(store: DynStore) {
         .put("p/tables/t.json", b("rec2"), Condition::IfMatch(etag))
         .await
         .unwrap();
-    // racing publishes of different staged objects to one key: exactly one wins
+    // a staged object replaced since it was staged is never removed by the publish (a store
+    // that moves objects refuses; the others publish the caller's bytes and keep it)
+    let old = store
+        .put("p/pending/u.json", b("mine"), Condition::IfAbsent)
+        .await
+        .unwrap();
+    store
+        .put(
+            "p/pending/u.json",
+            b("theirs"),
+            Condition::IfMatch(old.clone()),
+        )
+        .await
+        .unwrap();
+    match store
+        .publish("p/pending/u.json", &old, "p/tables/u.json", b("mine"))
+        .await
+    {
+        Ok(_) => assert_eq!(
+            store.get("p/tables/u.json").await.unwrap().unwrap().body,
+            b("mine")
+        ),
+        Err(StoreError::Other(_)) => {
+            assert!(store.get("p/tables/u.json").await.unwrap().is_none())
+        }
+        Err(e) => panic!("unexpected error {e}"),
+    }
+    assert_eq!(
+        store.get("p/pending/u.json").await.unwrap().unwrap().body,
+        b("theirs")
+    );
+    // racing publishes of different staged objects to one key: exactly one wins, and the
+    // losers keep their staged objects
     let mut tasks = Vec::new();
     for i in 0..8 {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let staged = format!("p/pending/r{i}.json");
             let body = b(&format!("r{i}"));
-            store
+            let etag = store
                 .put(&staged, body.clone(), Condition::IfAbsent)
                 .await
                 .unwrap();
-            store.publish(&staged, "p/tables/r.json", body).await
+            store.publish(&staged, &etag, "p/tables/r.json", body).await
         }));
     }
     let mut winners = Vec::new();
@@ -143,6 +175,10 @@ async fn conformance(store: DynStore) {
         store.get("p/tables/r.json").await.unwrap().unwrap().body,
         b(&format!("r{}", winners[0]))
     );
+    for i in (0..8).filter(|i| !winners.contains(i)) {
+        let kept = store.get(&format!("p/pending/r{i}.json")).await.unwrap();
+        assert_eq!(kept.map(|o| o.body), Some(b(&format!("r{i}"))), "loser {i}");
+    }
     store.delete_prefix("p/").await.unwrap();
 
     // listing: order, start-after, limit, shallow vs deep
@@ -268,6 +304,14 @@ async fn fs_store_without_sync_conforms() {
         FsStore::open_with_sync(dir.path(), false).unwrap(),
     ))
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_store_without_hard_links_conforms() {
+    // As on a file system that refuses hard links: publish writes the record instead.
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open_with_sync(dir.path(), false).unwrap();
+    conformance(Arc::new(store.without_hard_links())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1023,7 +1023,8 @@ impl Catalog {
             properties,
             origin: origin.to_string(),
         };
-        let Some(pending_etag) = self.begin_pending(&pending_key, encode(&record)).await? else {
+        let Some(mut pending_etag) = self.begin_pending(&pending_key, encode(&record)).await?
+        else {
             return Err(Error::table_exists(&shown));
         };
         let mut claimed = false;
@@ -1048,7 +1049,8 @@ impl Catalog {
                     record.data_key =
                         Layout::default_data_key(&placed, name, &format!("-{}", &uid[..8]));
                     record.location = self.layout.uri_of(&record.data_key);
-                    self.store
+                    pending_etag = self
+                        .store
                         .put(
                             &pending_key,
                             encode(&record),
@@ -1079,7 +1081,7 @@ impl Catalog {
         }
         match self
             .store
-            .publish(&pending_key, &final_key, encode(&record))
+            .publish(&pending_key, &pending_etag, &final_key, encode(&record))
             .await
         {
             Ok(_) => Ok(record),
@@ -1149,15 +1151,20 @@ impl Catalog {
             .await
         {
             Ok(_) => {}
-            Err(StoreError::PreconditionFailed) => {
-                let owner = self
-                    .read::<LocationClaim>(&key)
-                    .await?
-                    .map(|(c, _)| c.table)
-                    .unwrap_or_default();
-                return Ok(Claim::Taken(owner));
+            Err(StoreError::PreconditionFailed) => match self.read::<LocationClaim>(&key).await? {
+                // Our own write, landed by an earlier attempt the client retried.
+                Some((c, _)) if c.uid == uid => {}
+                found => {
+                    return Ok(Claim::Taken(
+                        found.map(|(c, _)| c.table).unwrap_or_default(),
+                    ));
+                }
+            },
+            Err(e) => {
+                // The write may have landed all the same: release it if it is ours.
+                self.release_location(cell, data_key, uid).await;
+                return Err(e.into());
             }
-            Err(e) => return Err(e.into()),
         }
         let overlap = async {
             let rel = &data_key[cell.len()..];
@@ -1231,6 +1238,7 @@ impl Catalog {
         };
         let (parent, _) = self.split_table(id)?;
         let cell = self.layout.place(parent)?.cell;
+        self.clear_arrival_entry(id, &record.uid).await?;
         let intent_key = Layout::drop_key(&cell, &record.uid);
         let intent = DropRecord {
             format_version: FORMAT_VERSION,
@@ -1288,6 +1296,7 @@ impl Catalog {
         if self.read::<TableRecord>(&final_key).await?.is_some() {
             return Err(Error::table_exists(&shown_new));
         }
+        self.clear_arrival_entry(id, &record.uid).await?;
         let moved = TableRecord {
             id: new_id.to_vec(),
             ..record.clone()
@@ -1351,6 +1360,25 @@ impl Catalog {
             _ => self.end_pending(&pending_key).await,
         }
         result
+    }
+
+    /// Removes the pending entry at `id`'s name if it belongs to table `uid` itself: the
+    /// leftover of how the table got there (its create, or a rename into `id`), left beside
+    /// the published record by a crash or a failed cleanup. It must go before the table leaves
+    /// `id`: recovery, finding the name empty, would take it for an operation that never
+    /// published and release the folder the table keeps (or publish a rename again).
+    async fn clear_arrival_entry(&self, id: &[String], uid: &str) -> Result<()> {
+        let (parent, name) = self.split_table(id)?;
+        let key = Layout::pending_table_key(&self.layout.place(parent)?, name);
+        if let Some((entry, etag)) = self.read::<PendingEntry>(&key).await?
+            && entry.into_pending().uid == uid
+        {
+            match self.store.delete(&key, Condition::IfMatch(etag)).await {
+                Ok(()) | Err(StoreError::PreconditionFailed) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     pub(crate) async fn read_any<T: for<'de> serde::Deserialize<'de>>(

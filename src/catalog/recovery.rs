@@ -15,7 +15,7 @@
 use super::layout::Layout;
 use super::records::{DropRecord, PendingEntry, TableRecord};
 use super::{Catalog, record_bytes};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::{Condition, StoreError};
 
 /// Settles the pending entry at `key`. With `force`, settles it whatever its age (used only
@@ -36,6 +36,12 @@ pub(crate) async fn settle_pending(catalog: &Catalog, key: &str, force: bool) ->
             .await?
             .is_some_and(|(t, _)| t.uid == pending.uid);
         let cell = cell_of(catalog, &table.id)?;
+        // Before acting on "never published", make sure the entry is still the one read: the
+        // table may have published and then left the name (a rename or drop removes its own
+        // leftover entry before it does), and the entry's removal is then that operation's.
+        if !published && !unchanged(catalog, key, &etag).await? {
+            return Ok(true);
+        }
         match (pending.op.as_str(), published) {
             ("rename", true) => {
                 if let Some(from) = &pending.rename_from {
@@ -72,6 +78,14 @@ pub(crate) async fn settle_pending(catalog: &Catalog, key: &str, force: bool) ->
         Ok(()) | Err(StoreError::PreconditionFailed) => Ok(true),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether the entry at `key` is still at `etag`.
+async fn unchanged(catalog: &Catalog, key: &str, etag: &str) -> Result<bool> {
+    Ok(catalog
+        .read_any::<PendingEntry>(key)
+        .await?
+        .is_some_and(|(_, now)| now == etag))
 }
 
 async fn remove_if_same(catalog: &Catalog, key: &str, uid: &str) -> Result<()> {
@@ -134,9 +148,20 @@ async fn settle_drop(catalog: &Catalog, cell: &str, key: &str, force: bool) -> R
     Ok(())
 }
 
-/// Settles every abandoned entry of one cell.
+/// Keeps the first failure and logs each: one entry that cannot be settled (unreadable, say,
+/// or written by a newer gateway) must not keep recovery from the entries after it.
+fn note(failed: &mut Option<Error>, key: &str, result: Result<()>) {
+    if let Err(e) = result {
+        tracing::warn!(key, error = %e, "could not settle an entry; moving on");
+        failed.get_or_insert(e);
+    }
+}
+
+/// Settles every abandoned entry of one cell; reports the first entry that failed, after
+/// trying all of them.
 pub(crate) async fn settle_cell(catalog: &Catalog, cell: &str, force: bool) -> Result<()> {
     let store = catalog.store();
+    let mut failed = None;
     let mut after: Option<String> = None;
     loop {
         let page = store
@@ -148,7 +173,11 @@ pub(crate) async fn settle_cell(catalog: &Catalog, cell: &str, force: bool) -> R
             )
             .await?;
         for key in &page.keys {
-            settle_pending(catalog, key, force).await?;
+            note(
+                &mut failed,
+                key,
+                settle_pending(catalog, key, force).await.map(|_| ()),
+            );
         }
         after = page.keys.last().cloned();
         if !page.more {
@@ -161,23 +190,29 @@ pub(crate) async fn settle_cell(catalog: &Catalog, cell: &str, force: bool) -> R
             .list(&Layout::drops_prefix(cell), after.as_deref(), 1000, true)
             .await?;
         for key in &page.keys {
-            settle_drop(catalog, cell, key, force).await?;
+            note(
+                &mut failed,
+                key,
+                settle_drop(catalog, cell, key, force).await,
+            );
         }
         after = page.keys.last().cloned();
         if !page.more {
             break;
         }
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// One pass over the whole warehouse.
 pub async fn sweep(catalog: &Catalog) -> Result<()> {
     if catalog.layout().endpoint_mode() {
+        let mut failed = None;
         for bucket in catalog.list_namespaces(&[], None, None).await?.items {
-            settle_cell(catalog, &format!("{bucket}/"), false).await?;
+            let cell = format!("{bucket}/");
+            note(&mut failed, &cell, settle_cell(catalog, &cell, false).await);
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     } else {
         settle_cell(catalog, "", false).await
     }

@@ -4,9 +4,10 @@
 //! - a write lands whole or not at all (temporary file, then `rename`);
 //! - with `fs_sync` (the default) a write or delete is durable when it returns: the file's
 //!   data is synced before it is published and its folder after, so an acknowledged change
-//!   survives a power loss. Without it, changes are still atomic and survive a crash of the
-//!   process, as Lance's own writes to a local directory do, but a power loss may drop the
-//!   latest ones;
+//!   survives a power loss. (Readers take no lock, so another request may see a change a
+//!   moment before its folder sync returns.) Without it, changes are still atomic and
+//!   survive a crash of the process, as Lance's own writes to a local directory do, but a
+//!   power loss may drop the latest ones;
 //! - every write and delete is atomic with respect to its condition: the check and the act
 //!   run under an exclusive `flock` on `<root>/.lance-gateway.lock` (plus an in-process mutex,
 //!   since `flock` is held per open file description);
@@ -17,12 +18,15 @@
 //! system calls against the page cache (tens of microseconds), less than handing it to
 //! another thread costs, so those run on the calling task. What can take long runs on
 //! tokio's blocking pool: every synced write or delete (an fsync is about half a millisecond
-//! on an SSD), listing a folder, and deleting a table's data.
+//! on an SSD), listing a folder, and deleting a table's data. The lock is only ever held for
+//! a check and a rename or link, never across an `.await`. A publish falls back to writing
+//! the record where the file system has no hard links.
 
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -31,6 +35,14 @@ use bytes::Bytes;
 use super::{Condition, Object, Page, Store, StoreError, StoreResult};
 
 const LOCK_FILE: &str = ".lance-gateway.lock";
+
+/// How a hard link for `publish` went.
+enum Linked {
+    Done(String),
+    NoFolder,
+    /// The file system refused the link itself (no hard links, another device, ...).
+    Unsupported(std::io::Error),
+}
 const TMP_PREFIX: &str = ".tmp-";
 
 pub struct FsStore {
@@ -42,6 +54,9 @@ struct Inner {
     lock: Mutex<File>,
     /// Sync every write and delete before returning (survives power loss, not only crashes).
     sync: bool,
+    /// Whether `publish` may hard-link; turned off for good the first time the file system
+    /// refuses a link.
+    links: AtomicBool,
 }
 
 impl FsStore {
@@ -65,8 +80,16 @@ impl FsStore {
                 root,
                 lock: Mutex::new(lock),
                 sync,
+                links: AtomicBool::new(true),
             }),
         })
+    }
+
+    /// Publishes records by writing them, as on a file system without hard links (where the
+    /// store also switches to this by itself).
+    pub fn without_hard_links(self) -> Self {
+        self.inner.links.store(false, Ordering::Relaxed);
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -239,14 +262,13 @@ impl Inner {
                 if self.sync {
                     file.sync_data().map_err(io)?;
                 }
-                // Renaming keeps the inode and modification time, so this is the final tag.
-                Ok(etag_of(&file.metadata().map_err(io)?))
+                Ok(())
             });
-        let result = written.and_then(|etag| {
+        let result = written.and_then(|()| {
             self.locked(|| {
                 self.check(&path, cond)?;
                 fs::rename(&tmp, &path).map_err(io)?;
-                Ok(etag)
+                Ok(etag_of(&fs::metadata(&path).map_err(io)?))
             })
         });
         if result.is_err() {
@@ -257,39 +279,71 @@ impl Inner {
         Ok(etag)
     }
 
-    /// Hard-links `staged` at `key` (which fails if `key` exists), then unlinks `staged`:
-    /// the record is moved, not rewritten, and no file is created or freed.
-    fn publish(&self, staged: &str, key: &str) -> StoreResult<String> {
+    /// Moves `staged` (still at `staged_etag`) to `key` if `key` is free: a hard link, then
+    /// the staged name removed, so no file is created or freed. On a file system without hard
+    /// links it writes `body` instead, as other stores do.
+    fn publish(
+        &self,
+        staged: &str,
+        staged_etag: &str,
+        key: &str,
+        body: &[u8],
+    ) -> StoreResult<String> {
         let from = self.path(staged)?;
         let to = self.path(key)?;
         let dir = to
             .parent()
             .ok_or_else(|| StoreError::Other("key has no folder".into()))?;
-        let etag = self.locked(|| {
-            let mut linked = fs::hard_link(&from, &to);
-            if matches!(&linked, Err(e) if e.kind() == ErrorKind::NotFound) && from.exists() {
-                // The first table of a namespace: its folder is made here.
-                self.make_dirs(dir)?;
-                linked = fs::hard_link(&from, &to);
-            }
-            match linked {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    return Err(StoreError::PreconditionFailed);
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound => {
+        let write = || {
+            let etag = self.put(key, body, &Condition::IfAbsent)?;
+            let _ = self.delete(staged, &Condition::IfMatch(staged_etag.to_string()));
+            Ok(etag)
+        };
+        if !self.links.load(Ordering::Relaxed) {
+            return write();
+        }
+        let link = || {
+            self.locked(|| {
+                if self.current_etag(&from)?.as_deref() != Some(staged_etag) {
                     return Err(StoreError::Other(format!(
-                        "the staged object '{staged}' is gone"
+                        "the staged object '{staged}' is gone or was replaced"
                     )));
                 }
-                Err(e) => return Err(io(e)),
+                match fs::hard_link(&from, &to) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                        return Err(StoreError::PreconditionFailed);
+                    }
+                    // `from` is there, so it is the folder of `key` that is missing.
+                    Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Linked::NoFolder),
+                    Err(e) => return Ok(Linked::Unsupported(e)),
+                }
+                // Best-effort, as the trait allows: a leftover is removed by recovery.
+                let _ = fs::remove_file(&from);
+                Ok(Linked::Done(etag_of(&fs::metadata(&to).map_err(io)?)))
+            })
+        };
+        let mut linked = link()?;
+        if let Linked::NoFolder = linked {
+            // The first table of a namespace: its folder is made here.
+            self.make_dirs(dir)?;
+            linked = link()?;
+        }
+        match linked {
+            Linked::Done(etag) => {
+                self.sync_dir(dir)?;
+                Ok(etag)
             }
-            // Best-effort, as the trait allows: a leftover is removed by recovery.
-            let _ = fs::remove_file(&from);
-            Ok(etag_of(&fs::metadata(&to).map_err(io)?))
-        })?;
-        self.sync_dir(dir)?;
-        Ok(etag)
+            Linked::NoFolder => Err(StoreError::Other(format!(
+                "the folder of '{key}' disappeared while publishing"
+            ))),
+            Linked::Unsupported(e) => {
+                if self.links.swap(false, Ordering::Relaxed) {
+                    tracing::info!(error = %e, "the warehouse folder refuses hard links; publishing records by writing them");
+                }
+                write()
+            }
+        }
     }
 
     fn delete(&self, key: &str, cond: &Condition) -> StoreResult<()> {
@@ -410,9 +464,16 @@ impl Store for FsStore {
         self.mutation(move |inner| inner.delete(&key, &cond)).await
     }
 
-    async fn publish(&self, staged: &str, key: &str, _body: Bytes) -> StoreResult<String> {
-        let (staged, key) = (staged.to_string(), key.to_string());
-        self.mutation(move |inner| inner.publish(&staged, &key))
+    async fn publish(
+        &self,
+        staged: &str,
+        staged_etag: &str,
+        key: &str,
+        body: Bytes,
+    ) -> StoreResult<String> {
+        let (staged, staged_etag, key) =
+            (staged.to_string(), staged_etag.to_string(), key.to_string());
+        self.mutation(move |inner| inner.publish(&staged, &staged_etag, &key, &body))
             .await
     }
 

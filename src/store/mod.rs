@@ -83,15 +83,23 @@ pub trait Store: Send + Sync + 'static {
     async fn delete(&self, key: &str, cond: Condition) -> StoreResult<()>;
 
     /// Publishes `body` at `key` if nothing is there, and removes `staged`: an object the
-    /// caller wrote earlier with exactly these bytes (a pending entry). At every moment the
-    /// object is at `staged`, at `key`, or at both, never at neither. `PreconditionFailed`
-    /// when `key` exists; `staged` is then left as it was. The removal of `staged` is
-    /// best-effort (recovery removes a leftover). A store that can move an object atomically
-    /// moves `staged` instead of writing the bytes again; such a store refuses (with `Other`)
-    /// when `staged` is gone, where the others publish `body` all the same.
-    async fn publish(&self, staged: &str, key: &str, body: Bytes) -> StoreResult<String> {
+    /// caller wrote earlier with exactly these bytes (a pending entry), now at `staged_etag`.
+    /// At every moment the object is at `staged`, at `key`, or at both, never at neither.
+    /// `PreconditionFailed` when `key` exists; `staged` is then left as it was. `staged` is
+    /// removed only if it is still at `staged_etag`, and best-effort (recovery removes a
+    /// leftover). A store that can move an object atomically moves `staged` instead of
+    /// writing the bytes again; such a store refuses (with `Other`) when `staged` is gone or
+    /// replaced, where the others publish `body` all the same.
+    async fn publish(
+        &self,
+        staged: &str,
+        staged_etag: &str,
+        key: &str,
+        body: Bytes,
+    ) -> StoreResult<String> {
         let etag = self.put(key, body, Condition::IfAbsent).await?;
-        if let Err(e) = self.delete(staged, Condition::None).await {
+        let cond = Condition::IfMatch(staged_etag.to_string());
+        if let Err(e) = self.delete(staged, cond).await {
             tracing::warn!(staged, error = %e, "could not remove a published pending entry");
         }
         Ok(etag)
