@@ -577,7 +577,7 @@ async fn crashed_declares_settle(cat: Arc<Catalog>, base: Vec<String>) {
     put(cat.table_key(&table("e")).unwrap(), staged("e")).await;
     cat.drop_table(&table("e"), true).await.unwrap();
     // An entry no gateway can read is reported, and does not stop recovery of the others.
-    put(pending_key("zz"), serde_json::json!("not a record")).await;
+    put(pending_key("0bad"), serde_json::json!("not a record")).await;
 
     assert!(recovery::sweep(&cat).await.is_err());
     for name in ["a", "d"] {
@@ -624,7 +624,7 @@ async fn crashed_declares_settle(cat: Arc<Catalog>, base: Vec<String>) {
     );
     assert!(!exists(pending_key("e")).await);
     store
-        .delete(&pending_key("zz"), Condition::None)
+        .delete(&pending_key("0bad"), Condition::None)
         .await
         .unwrap();
     recovery::sweep(&cat).await.unwrap();
