@@ -40,6 +40,23 @@ async fn open(store: Arc<dyn Store>, warehouse: Warehouse, grace: Duration) -> A
     )
 }
 
+/// A new namespace with a unique name under `base`, for one scenario.
+async fn scratch_namespace(cat: &Catalog, base: &[String], tag: &str) -> Vec<String> {
+    let mut ns = base.to_vec();
+    ns.push(common::unique(tag));
+    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    ns
+}
+
+/// Drops a scenario's namespace with everything in it; it must succeed.
+async fn remove_namespace(cat: &Catalog, ns: &[String]) {
+    cat.drop_namespace(ns, DropMode::Fail, DropBehavior::Cascade)
+        .await
+        .unwrap();
+}
+
 /// The rules, given a catalog and the id prefix every id must start with (a bucket in
 /// endpoint mode, nothing otherwise).
 async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
@@ -350,11 +367,7 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
 
 /// 32 concurrent declares of one name: exactly one success, every other a TableAlreadyExists.
 async fn declare_race(cat: Arc<Catalog>, base: Vec<String>) {
-    let mut ns = base.clone();
-    ns.push(common::unique("race"));
-    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
-        .await
-        .unwrap();
+    let ns = scratch_namespace(&cat, &base, "race").await;
     let mut table = ns.clone();
     table.push("t".into());
     let mut tasks = Vec::new();
@@ -425,11 +438,7 @@ async fn create_drop_race(cat: Arc<Catalog>, base: Vec<String>) {
 
 /// A crash between steps: intents left behind are settled by recovery once stale.
 async fn recovery_settles(cat: Arc<Catalog>, base: Vec<String>) {
-    let mut ns = base.clone();
-    ns.push(common::unique("rec"));
-    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
-        .await
-        .unwrap();
+    let ns = scratch_namespace(&cat, &base, "rec").await;
     let mut t = ns.clone();
     t.push("t".into());
     let rec = cat.declare_table(&t, None, HashMap::new()).await.unwrap();
@@ -477,9 +486,7 @@ async fn recovery_settles(cat: Arc<Catalog>, base: Vec<String>) {
     cat.declare_table(&t, Some(&rec.location), HashMap::new())
         .await
         .unwrap();
-    cat.drop_namespace(&ns, DropMode::Fail, DropBehavior::Cascade)
-        .await
-        .unwrap();
+    remove_namespace(&cat, &ns).await;
 }
 
 /// Declares that stopped at each step (a crash, a lost connection to the store) leave nothing
@@ -487,11 +494,7 @@ async fn recovery_settles(cat: Arc<Catalog>, base: Vec<String>) {
 /// record with its data-folder claim, or a staged entry beside the record it had already
 /// published. An entry in the older `PendingRecord` shape settles the same way.
 async fn crashed_declares_settle(cat: Arc<Catalog>, base: Vec<String>) {
-    let mut ns = base.clone();
-    ns.push(common::unique("crash"));
-    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
-        .await
-        .unwrap();
+    let ns = scratch_namespace(&cat, &base, "crash").await;
     let store = cat.store().clone();
     let placed = cat.layout().place(&ns).unwrap();
     let cell = placed.cell.clone();
@@ -634,19 +637,13 @@ async fn crashed_declares_settle(cat: Arc<Catalog>, base: Vec<String>) {
         .await
         .unwrap();
     assert_eq!(a.data_key, data_key("a"));
-    cat.drop_namespace(&ns, DropMode::Fail, DropBehavior::Cascade)
-        .await
-        .unwrap();
+    remove_namespace(&cat, &ns).await;
 }
 
 /// A paginated walk while other names are being created: every name that existed before
 /// the walk is returned exactly once, and nothing twice.
 async fn walk_during_creates(cat: Arc<Catalog>, base: Vec<String>) {
-    let mut ns = base.clone();
-    ns.push(common::unique("walk"));
-    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
-        .await
-        .unwrap();
+    let ns = scratch_namespace(&cat, &base, "walk").await;
     let mut before = Vec::new();
     for i in 0..20 {
         let name = format!("b{i:02}");
@@ -690,9 +687,7 @@ async fn walk_during_creates(cat: Arc<Catalog>, base: Vec<String>) {
     for name in &before {
         assert!(seen.contains(name), "{name} was missed by the walk");
     }
-    cat.drop_namespace(&ns, DropMode::Fail, DropBehavior::Cascade)
-        .await
-        .unwrap();
+    remove_namespace(&cat, &ns).await;
 }
 
 async fn all_rules(cat: Arc<Catalog>, base: Vec<String>) {

@@ -17,6 +17,11 @@ fn b(s: &str) -> Bytes {
     Bytes::from(s.to_string())
 }
 
+/// Writes a staged object (a pending entry) and returns its ETag.
+async fn stage(store: &DynStore, key: &str, body: &str) -> String {
+    store.put(key, b(body), Condition::IfAbsent).await.unwrap()
+}
+
 async fn conformance(store: DynStore) {
     // get of a missing object
     assert!(store.get("a/missing.json").await.unwrap().is_none());
@@ -82,10 +87,7 @@ async fn conformance(store: DynStore) {
 
     // publish: moves a staged object to a free key; refuses a taken key, leaving both as
     // they were
-    let staged = store
-        .put("p/pending/t.json", b("rec"), Condition::IfAbsent)
-        .await
-        .unwrap();
+    let staged = stage(&store, "p/pending/t.json", "rec").await;
     let etag = store
         .publish("p/pending/t.json", &staged, "p/tables/t.json", b("rec"))
         .await
@@ -94,10 +96,7 @@ async fn conformance(store: DynStore) {
     assert_eq!(got.body, b("rec"));
     assert_eq!(got.etag, etag);
     assert!(store.get("p/pending/t.json").await.unwrap().is_none());
-    let staged = store
-        .put("p/pending/t.json", b("other"), Condition::IfAbsent)
-        .await
-        .unwrap();
+    let staged = stage(&store, "p/pending/t.json", "other").await;
     let err = store
         .publish("p/pending/t.json", &staged, "p/tables/t.json", b("other"))
         .await
@@ -118,10 +117,7 @@ async fn conformance(store: DynStore) {
         .unwrap();
     // a staged object replaced since it was staged is never removed by the publish (a store
     // that moves objects refuses; the others publish the caller's bytes and keep it)
-    let old = store
-        .put("p/pending/u.json", b("mine"), Condition::IfAbsent)
-        .await
-        .unwrap();
+    let old = stage(&store, "p/pending/u.json", "mine").await;
     store
         .put(
             "p/pending/u.json",
@@ -153,13 +149,11 @@ async fn conformance(store: DynStore) {
     for i in 0..8 {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            let staged = format!("p/pending/r{i}.json");
-            let body = b(&format!("r{i}"));
-            let etag = store
-                .put(&staged, body.clone(), Condition::IfAbsent)
+            let (staged, body) = (format!("p/pending/r{i}.json"), format!("r{i}"));
+            let etag = stage(&store, &staged, &body).await;
+            store
+                .publish(&staged, &etag, "p/tables/r.json", b(&body))
                 .await
-                .unwrap();
-            store.publish(&staged, &etag, "p/tables/r.json", body).await
         }));
     }
     let mut winners = Vec::new();
