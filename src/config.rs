@@ -106,6 +106,9 @@ pub struct ServeArgs {
     /// Local warehouse: sync each catalog write to disk before publishing it [default: true].
     #[arg(long, env = "LANCE_GATEWAY_FS_SYNC")]
     pub fs_sync: Option<bool>,
+    /// This gateway's name among those sharing the warehouse; a gateway restarted under the same name settles its unfinished operations at once [default: <host name>:<port>].
+    #[arg(long, env = "LANCE_GATEWAY_NODE_ID")]
+    pub node_id: Option<String>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "LANCE_GATEWAY_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -131,6 +134,7 @@ struct FileConfig {
     recovery_grace_secs: Option<u64>,
     recovery_interval_secs: Option<u64>,
     fs_sync: Option<bool>,
+    node_id: Option<String>,
     log_format: Option<LogFormat>,
 }
 
@@ -180,6 +184,7 @@ pub struct Config {
     pub recovery_grace: Duration,
     pub recovery_interval: Duration,
     pub fs_sync: bool,
+    pub node_id: String,
     pub log_format: LogFormat,
 }
 
@@ -279,6 +284,15 @@ impl Config {
         if interval == 0 {
             return Err(bad("recovery-interval-secs", "must be at least 1"));
         }
+        let node_id = match args.node_id.or(file.node_id) {
+            Some(id)
+                if id.trim().is_empty() || id.len() > 200 || id.chars().any(char::is_control) =>
+            {
+                return Err(bad("node-id", "must be 1 to 200 printable characters"));
+            }
+            Some(id) => id,
+            None => format!("{}:{}", host_name(), listen.port()),
+        };
         Ok(Config {
             listen,
             warehouse,
@@ -292,12 +306,24 @@ impl Config {
             recovery_grace: Duration::from_secs(grace),
             recovery_interval: Duration::from_secs(interval),
             fs_sync: args.fs_sync.or(file.fs_sync).unwrap_or(true),
+            node_id,
             log_format: args
                 .log_format
                 .or(file.log_format)
                 .unwrap_or(LogFormat::Text),
         })
     }
+}
+
+/// The machine's host name (a pod's name under Kubernetes), for the default node id.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 fn check_url(setting: &'static str, url: &str) -> Result<(), ConfigError> {

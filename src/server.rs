@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::api::{self, AppState, Limits};
 use crate::catalog::layout::{Layout, Warehouse};
-use crate::catalog::{Catalog, recovery};
+use crate::catalog::{Catalog, Settings, recovery};
 use crate::config::{Config, CredentialPolicy, WarehouseUri};
 use crate::data::LanceDatasets;
 use crate::store::Store;
@@ -141,11 +141,13 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         parts.store,
         parts.layout,
         Arc::new(LanceDatasets::new(parts.own_access)),
-        config.recovery_grace,
+        Settings::new(config.recovery_grace, config.node_id.clone()),
     )
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;
     let catalog = Arc::new(catalog);
+    // The first sweep runs at once: a gateway restarted under the same node id settles what
+    // its earlier run left unfinished before others would (they wait out the grace period).
     let sweeper = {
         let catalog = catalog.clone();
         let interval = config.recovery_interval;
@@ -170,7 +172,7 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     let app = tower::ServiceBuilder::new()
         .map_request(api::normalize_path)
         .service(api::router(state, &limits));
-    tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), warehouse = ?config.warehouse, "lance-gateway serving");
+    tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), warehouse = ?config.warehouse, node = %config.node_id, "lance-gateway serving");
     let result = axum::serve(listener, tower::make::Shared::new(app))
         .with_graceful_shutdown(shutdown_signal())
         .await

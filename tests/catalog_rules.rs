@@ -10,13 +10,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lance_gateway::catalog::layout::{Layout, Warehouse};
 use lance_gateway::catalog::{
-    Catalog, CreateMode, DatasetDetails, DatasetReader, DropBehavior, DropMode, recovery,
+    Catalog, CreateMode, DatasetDetails, DatasetReader, DropBehavior, DropMode, Settings,
 };
 use lance_gateway::error::{Code, Result};
+use lance_gateway::store::Store;
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
 use lance_gateway::store::s3::{S3Root, S3Store};
-use lance_gateway::store::{Condition, Store};
 
 /// The rules never read datasets; describing one is the data plane's job.
 struct NoDatasets;
@@ -34,9 +34,14 @@ fn id(parts: &[&str]) -> Vec<String> {
 
 async fn open(store: Arc<dyn Store>, warehouse: Warehouse, grace: Duration) -> Arc<Catalog> {
     Arc::new(
-        Catalog::open(store, Layout::new(warehouse), Arc::new(NoDatasets), grace)
-            .await
-            .unwrap(),
+        Catalog::open(
+            store,
+            Layout::new(warehouse),
+            Arc::new(NoDatasets),
+            Settings::new(grace, "rules-gw"),
+        )
+        .await
+        .unwrap(),
     )
 }
 
@@ -436,210 +441,6 @@ async fn create_drop_race(cat: Arc<Catalog>, base: Vec<String>) {
     }
 }
 
-/// A crash between steps: intents left behind are settled by recovery once stale.
-async fn recovery_settles(cat: Arc<Catalog>, base: Vec<String>) {
-    let ns = scratch_namespace(&cat, &base, "rec").await;
-    let mut t = ns.clone();
-    t.push("t".into());
-    let rec = cat.declare_table(&t, None, HashMap::new()).await.unwrap();
-    // Simulate a drop that crashed right after deleting the table record: the drop intent and
-    // the location claim are left behind.
-    let store = cat.store().clone();
-    let cell = base.first().map(|b| format!("{b}/")).unwrap_or_default();
-
-    let intent =
-        serde_json::json!({"format_version": 1, "op": "drop", "started_at_ms": 1, "table": rec});
-    store
-        .put(
-            &Layout::drop_key(&cell, &rec.uid),
-            bytes::Bytes::from(intent.to_string()),
-            Condition::None,
-        )
-        .await
-        .unwrap();
-    store
-        .put(
-            &format!("{}/_versions/1.manifest", rec.data_key),
-            bytes::Bytes::from_static(b"m"),
-            Condition::None,
-        )
-        .await
-        .unwrap();
-    let key = cat.table_key(&t).unwrap();
-    store.delete(&key, Condition::None).await.unwrap();
-    // A declare at the same place is refused while the claim is held...
-    let err = cat
-        .declare_table(&t, Some(&rec.location), HashMap::new())
-        .await
-        .unwrap_err();
-    assert_eq!(err.code, Code::InvalidInput);
-    recovery::sweep(&cat).await.unwrap();
-    // ...and accepted once recovery has finished the drop (data deleted, claim released).
-    assert!(
-        store
-            .list(&format!("{}/", rec.data_key), None, 10, false)
-            .await
-            .unwrap()
-            .keys
-            .is_empty()
-    );
-    cat.declare_table(&t, Some(&rec.location), HashMap::new())
-        .await
-        .unwrap();
-    remove_namespace(&cat, &ns).await;
-}
-
-/// Declares that stopped at each step (a crash, a lost connection to the store) leave nothing
-/// visible, and recovery or the next declare of the name settles what they left: a staged
-/// record with its data-folder claim, or a staged entry beside the record it had already
-/// published. An entry in the older `PendingRecord` shape settles the same way.
-async fn crashed_declares_settle(cat: Arc<Catalog>, base: Vec<String>) {
-    let ns = scratch_namespace(&cat, &base, "crash").await;
-    let store = cat.store().clone();
-    let placed = cat.layout().place(&ns).unwrap();
-    let cell = placed.cell.clone();
-    let table = |name: &str| {
-        let mut t = ns.clone();
-        t.push(name.to_string());
-        t
-    };
-    let data_key = |name: &str| Layout::default_data_key(&placed, name, "");
-    let claim_key = |name: &str| Layout::location_claim_key(&cell, &data_key(name));
-    let pending_key = |name: &str| Layout::pending_table_key(&placed, name);
-    // What a declare stages: the record it will publish, here started long ago.
-    let staged = |name: &str| {
-        serde_json::json!({
-            "format_version": 1, "id": table(name), "uid": format!("crashed{name}"),
-            "data_key": data_key(name), "location": cat.layout().uri_of(&data_key(name)),
-            "created_at_ms": 1, "properties": {}, "origin": "declare",
-        })
-    };
-    let put = |key: String, value: serde_json::Value| {
-        let store = store.clone();
-        async move {
-            store
-                .put(&key, bytes::Bytes::from(value.to_string()), Condition::None)
-                .await
-                .unwrap();
-        }
-    };
-    let claim = |name: &str| serde_json::json!({"format_version": 1, "uid": format!("crashed{name}"), "table": table(name)});
-    let exists = |key: String| {
-        let store = store.clone();
-        async move { store.get(&key).await.unwrap().is_some() }
-    };
-
-    // a: staged and claimed, never published; b: the same, found by the next declare of the
-    // name; c: published, the staged entry left beside it; d: the older entry shape.
-    for name in ["a", "b", "c", "d"] {
-        put(claim_key(name), claim(name)).await;
-    }
-    put(pending_key("a"), staged("a")).await;
-    put(pending_key("b"), staged("b")).await;
-    put(pending_key("c"), staged("c")).await;
-    put(cat.table_key(&table("c")).unwrap(), staged("c")).await;
-    put(
-        pending_key("d"),
-        serde_json::json!({"format_version": 1, "op": "declare", "uid": "crashedd",
-            "started_at_ms": 1, "table": staged("d")}),
-    )
-    .await;
-
-    // Nothing half-made is visible.
-    for name in ["a", "b", "d"] {
-        let err = cat.describe_table(&table(name)).await.unwrap_err();
-        assert_eq!(err.code, Code::TableNotFound, "{name}");
-    }
-    let listed = cat.list_tables(&ns, None, None, true).await.unwrap().items;
-    assert_eq!(listed, vec!["c".to_string()]);
-
-    // The next declare of b settles its leftovers and gets the plain folder.
-    let b = cat
-        .declare_table(&table("b"), None, HashMap::new())
-        .await
-        .unwrap();
-    assert_eq!(b.data_key, data_key("b"));
-    assert!(!exists(pending_key("b")).await);
-
-    // r: published with its staged entry left beside it, then renamed away (it keeps its
-    // folder); e: arrived by a rename whose entry was left behind, then dropped. Neither
-    // leftover may cost a table its folder or bring a dropped table back.
-    put(claim_key("r"), claim("r")).await;
-    put(pending_key("r"), staged("r")).await;
-    put(cat.table_key(&table("r")).unwrap(), staged("r")).await;
-    cat.rename_table(&table("r"), &table("r_moved"))
-        .await
-        .unwrap();
-    put(claim_key("e"), claim("e")).await;
-    put(
-        pending_key("e"),
-        serde_json::json!({"format_version": 1, "op": "rename", "uid": "crashede",
-            "started_at_ms": 1, "table": staged("e"), "rename_from": table("e_old")}),
-    )
-    .await;
-    put(cat.table_key(&table("e")).unwrap(), staged("e")).await;
-    cat.drop_table(&table("e"), true).await.unwrap();
-    // An entry no gateway can read is reported, and does not stop recovery of the others.
-    put(pending_key("0bad"), serde_json::json!("not a record")).await;
-
-    assert!(recovery::sweep(&cat).await.is_err());
-    for name in ["a", "d"] {
-        assert!(!exists(pending_key(name)).await, "{name}: entry left");
-        assert!(!exists(claim_key(name)).await, "{name}: claim left");
-    }
-    // c was published: it keeps its record and its claim; only the entry goes.
-    assert!(!exists(pending_key("c")).await);
-    assert!(exists(claim_key("c")).await);
-    assert_eq!(
-        cat.describe_table(&table("c")).await.unwrap().uid,
-        "crashedc"
-    );
-    let err = cat
-        .declare_table(
-            &table("c2"),
-            Some(&cat.layout().uri_of(&data_key("c"))),
-            HashMap::new(),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(err.code, Code::InvalidInput);
-    assert!(!exists(pending_key("r")).await);
-    assert!(
-        exists(claim_key("r")).await,
-        "the renamed table lost its folder claim"
-    );
-    assert_eq!(
-        cat.describe_table(&table("r_moved"))
-            .await
-            .unwrap()
-            .data_key,
-        data_key("r")
-    );
-    let r = cat
-        .declare_table(&table("r"), None, HashMap::new())
-        .await
-        .unwrap();
-    assert_ne!(r.data_key, data_key("r"), "two tables on one folder");
-    assert_eq!(
-        cat.describe_table(&table("e")).await.unwrap_err().code,
-        Code::TableNotFound,
-        "a dropped table came back"
-    );
-    assert!(!exists(pending_key("e")).await);
-    store
-        .delete(&pending_key("0bad"), Condition::None)
-        .await
-        .unwrap();
-    recovery::sweep(&cat).await.unwrap();
-    // a's name and folder are free again.
-    let a = cat
-        .declare_table(&table("a"), None, HashMap::new())
-        .await
-        .unwrap();
-    assert_eq!(a.data_key, data_key("a"));
-    remove_namespace(&cat, &ns).await;
-}
-
 /// A paginated walk while other names are being created: every name that existed before
 /// the walk is returned exactly once, and nothing twice.
 async fn walk_during_creates(cat: Arc<Catalog>, base: Vec<String>) {
@@ -694,9 +495,7 @@ async fn all_rules(cat: Arc<Catalog>, base: Vec<String>) {
     rules(cat.clone(), base.clone()).await;
     walk_during_creates(cat.clone(), base.clone()).await;
     declare_race(cat.clone(), base.clone()).await;
-    create_drop_race(cat.clone(), base.clone()).await;
-    recovery_settles(cat.clone(), base.clone()).await;
-    crashed_declares_settle(cat, base).await;
+    create_drop_race(cat, base).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

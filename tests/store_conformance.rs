@@ -11,7 +11,7 @@ use common::DynStore;
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
 use lance_gateway::store::s3::{S3Root, S3Store};
-use lance_gateway::store::{Condition, StoreError};
+use lance_gateway::store::{Condition, Store, StoreError};
 
 fn b(s: &str) -> Bytes {
     Bytes::from(s.to_string())
@@ -20,6 +20,116 @@ fn b(s: &str) -> Bytes {
 /// Writes a staged object (a pending entry) and returns its ETag.
 async fn stage(store: &DynStore, key: &str, body: &str) -> String {
     store.put(key, b(body), Condition::IfAbsent).await.unwrap()
+}
+
+/// `publish`, for stores that move objects: a staged object moves to a free key in one
+/// step; a taken key or a staged object that changed leaves everything as it was.
+async fn publish_conforms(store: &DynStore) {
+    let staged = stage(store, "p/pending/t.json", "rec").await;
+    let etag = store
+        .publish("p/pending/t.json", &staged, "p/tables/t.json")
+        .await
+        .unwrap();
+    let got = store.get("p/tables/t.json").await.unwrap().unwrap();
+    assert_eq!(got.body, b("rec"));
+    assert_eq!(got.etag, etag);
+    assert!(store.get("p/pending/t.json").await.unwrap().is_none());
+    let staged = stage(store, "p/pending/t.json", "other").await;
+    let err = store
+        .publish("p/pending/t.json", &staged, "p/tables/t.json")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::PreconditionFailed), "{err}");
+    assert_eq!(
+        store.get("p/tables/t.json").await.unwrap().unwrap().body,
+        b("rec")
+    );
+    assert_eq!(
+        store.get("p/pending/t.json").await.unwrap().unwrap().body,
+        b("other")
+    );
+    // the published object is an ordinary object: replaceable by its tag
+    store
+        .put("p/tables/t.json", b("rec2"), Condition::IfMatch(etag))
+        .await
+        .unwrap();
+    // a staged object replaced or removed since it was staged is not moved
+    let old = stage(store, "p/pending/u.json", "mine").await;
+    store
+        .put(
+            "p/pending/u.json",
+            b("theirs"),
+            Condition::IfMatch(old.clone()),
+        )
+        .await
+        .unwrap();
+    let err = store
+        .publish("p/pending/u.json", &old, "p/tables/u.json")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::StagedChanged), "{err}");
+    assert!(store.get("p/tables/u.json").await.unwrap().is_none());
+    assert_eq!(
+        store.get("p/pending/u.json").await.unwrap().unwrap().body,
+        b("theirs")
+    );
+    let gone = stage(store, "p/pending/v.json", "v").await;
+    store
+        .delete("p/pending/v.json", Condition::None)
+        .await
+        .unwrap();
+    let err = store
+        .publish("p/pending/v.json", &gone, "p/tables/v.json")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::StagedChanged), "{err}");
+    // a publish racing a conditional delete of the staged object: exactly one happens
+    for i in 0..20 {
+        let staged_key = format!("p/pending/d{i}.json");
+        let etag = stage(store, &staged_key, "d").await;
+        let (a, b2) = (store.clone(), store.clone());
+        let (k1, k2, e1, e2) = (staged_key.clone(), staged_key.clone(), etag.clone(), etag);
+        let target = format!("p/tables/d{i}.json");
+        let t = target.clone();
+        let publish = tokio::spawn(async move { a.publish(&k1, &e1, &t).await.is_ok() });
+        let delete =
+            tokio::spawn(async move { b2.delete(&k2, Condition::IfMatch(e2)).await.is_ok() });
+        let (published, deleted) = (publish.await.unwrap(), delete.await.unwrap());
+        assert!(
+            published != deleted,
+            "round {i}: published {published}, deleted {deleted}"
+        );
+        assert_eq!(store.get(&target).await.unwrap().is_some(), published);
+    }
+    // racing publishes of different staged objects to one key: exactly one wins, and the
+    // losers keep their staged objects
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let (staged, body) = (format!("p/pending/r{i}.json"), format!("r{i}"));
+            let etag = stage(&store, &staged, &body).await;
+            store.publish(&staged, &etag, "p/tables/r.json").await
+        }));
+    }
+    let mut winners = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.unwrap() {
+            Ok(_) => winners.push(i),
+            Err(StoreError::PreconditionFailed) => {}
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(
+        store.get("p/tables/r.json").await.unwrap().unwrap().body,
+        b(&format!("r{}", winners[0]))
+    );
+    for i in (0..8).filter(|i| !winners.contains(i)) {
+        let kept = store.get(&format!("p/pending/r{i}.json")).await.unwrap();
+        assert_eq!(kept.map(|o| o.body), Some(b(&format!("r{i}"))), "loser {i}");
+    }
+    store.delete_prefix("p/").await.unwrap();
 }
 
 async fn conformance(store: DynStore) {
@@ -85,95 +195,18 @@ async fn conformance(store: DynStore) {
     // unconditional delete of nothing succeeds
     store.delete("a/x.json", Condition::None).await.unwrap();
 
-    // publish: moves a staged object to a free key; refuses a taken key, leaving both as
-    // they were
-    let staged = stage(&store, "p/pending/t.json", "rec").await;
-    let etag = store
-        .publish("p/pending/t.json", &staged, "p/tables/t.json", b("rec"))
-        .await
-        .unwrap();
-    let got = store.get("p/tables/t.json").await.unwrap().unwrap();
-    assert_eq!(got.body, b("rec"));
-    assert_eq!(got.etag, etag);
-    assert!(store.get("p/pending/t.json").await.unwrap().is_none());
-    let staged = stage(&store, "p/pending/t.json", "other").await;
-    let err = store
-        .publish("p/pending/t.json", &staged, "p/tables/t.json", b("other"))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::PreconditionFailed), "{err}");
-    assert_eq!(
-        store.get("p/tables/t.json").await.unwrap().unwrap().body,
-        b("rec")
-    );
-    assert_eq!(
-        store.get("p/pending/t.json").await.unwrap().unwrap().body,
-        b("other")
-    );
-    // the published object is an ordinary object: replaceable by its tag
-    store
-        .put("p/tables/t.json", b("rec2"), Condition::IfMatch(etag))
-        .await
-        .unwrap();
-    // a staged object replaced since it was staged is never removed by the publish (a store
-    // that moves objects refuses; the others publish the caller's bytes and keep it)
-    let old = stage(&store, "p/pending/u.json", "mine").await;
-    store
-        .put(
-            "p/pending/u.json",
-            b("theirs"),
-            Condition::IfMatch(old.clone()),
-        )
-        .await
-        .unwrap();
-    match store
-        .publish("p/pending/u.json", &old, "p/tables/u.json", b("mine"))
-        .await
-    {
-        Ok(_) => assert_eq!(
-            store.get("p/tables/u.json").await.unwrap().unwrap().body,
-            b("mine")
-        ),
-        Err(StoreError::Other(_)) => {
-            assert!(store.get("p/tables/u.json").await.unwrap().is_none())
-        }
-        Err(e) => panic!("unexpected error {e}"),
+    if store.atomic_publish() {
+        publish_conforms(&store).await;
+    } else {
+        let staged = stage(&store, "p/pending/t.json", "rec").await;
+        let err = store
+            .publish("p/pending/t.json", &staged, "p/tables/t.json")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Other(_)), "{err}");
+        assert!(store.get("p/tables/t.json").await.unwrap().is_none());
+        store.delete_prefix("p/").await.unwrap();
     }
-    assert_eq!(
-        store.get("p/pending/u.json").await.unwrap().unwrap().body,
-        b("theirs")
-    );
-    // racing publishes of different staged objects to one key: exactly one wins, and the
-    // losers keep their staged objects
-    let mut tasks = Vec::new();
-    for i in 0..8 {
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            let (staged, body) = (format!("p/pending/r{i}.json"), format!("r{i}"));
-            let etag = stage(&store, &staged, &body).await;
-            store
-                .publish(&staged, &etag, "p/tables/r.json", b(&body))
-                .await
-        }));
-    }
-    let mut winners = Vec::new();
-    for (i, t) in tasks.into_iter().enumerate() {
-        match t.await.unwrap() {
-            Ok(_) => winners.push(i),
-            Err(StoreError::PreconditionFailed) => {}
-            Err(e) => panic!("unexpected error {e}"),
-        }
-    }
-    assert_eq!(winners.len(), 1, "{winners:?}");
-    assert_eq!(
-        store.get("p/tables/r.json").await.unwrap().unwrap().body,
-        b(&format!("r{}", winners[0]))
-    );
-    for i in (0..8).filter(|i| !winners.contains(i)) {
-        let kept = store.get(&format!("p/pending/r{i}.json")).await.unwrap();
-        assert_eq!(kept.map(|o| o.body), Some(b(&format!("r{i}"))), "loser {i}");
-    }
-    store.delete_prefix("p/").await.unwrap();
 
     // listing: order, start-after, limit, shallow vs deep
     for key in [
@@ -302,10 +335,96 @@ async fn fs_store_without_sync_conforms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_store_without_hard_links_conforms() {
-    // As on a file system that refuses hard links: publish writes the record instead.
+    // As on a file system that refuses hard links: no publish.
     let dir = tempfile::tempdir().unwrap();
     let store = FsStore::open_with_sync(dir.path(), false).unwrap();
     conformance(Arc::new(store.without_hard_links())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_store_moves_objects_where_links_work() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(FsStore::open(dir.path()).unwrap().atomic_publish());
+    let store = FsStore::open(dir.path()).unwrap().without_hard_links();
+    assert!(!store.atomic_publish());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_store_tags_never_repeat() {
+    // Rewrites of identical bytes, and deletes followed by creates that reuse the freed
+    // inode, all within one kernel timer tick: every tag is new, so a stale IfMatch fails.
+    let dir = tempfile::tempdir().unwrap();
+    let store: DynStore = Arc::new(FsStore::open_with_sync(dir.path(), false).unwrap());
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let etag = store
+            .put("t/k.json", b("same"), Condition::None)
+            .await
+            .unwrap();
+        assert!(seen.insert(etag.clone()), "tag {etag} repeated");
+        store
+            .delete("t/k.json", Condition::IfMatch(etag.clone()))
+            .await
+            .unwrap();
+        let again = store
+            .put("t/k.json", b("same"), Condition::IfAbsent)
+            .await
+            .unwrap();
+        assert!(
+            seen.insert(again.clone()),
+            "tag {again} repeated after a delete"
+        );
+        let err = store
+            .delete("t/k.json", Condition::IfMatch(etag))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::PreconditionFailed));
+        store.delete("t/k.json", Condition::None).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_store_removes_temporary_files_of_killed_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(FsStore::open(dir.path()).unwrap());
+    let tmp = dir.path().join(".lance-gateway/tmp");
+    let legacy_dir = dir.path().join(".lance-gateway/tables/ns");
+    std::fs::create_dir_all(&legacy_dir).unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let make = |path: std::path::PathBuf, modified: std::time::SystemTime| {
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_modified(modified).unwrap();
+        path
+    };
+    let stale = make(tmp.join("abandoned"), old);
+    let legacy = make(legacy_dir.join(".tmp-abandoned"), old);
+    let fresh = make(tmp.join("in-flight"), std::time::SystemTime::now());
+    let store = FsStore::open(dir.path()).unwrap();
+    assert!(
+        !stale.exists() && !legacy.exists(),
+        "old temporary files are removed at open"
+    );
+    assert!(fresh.exists(), "a write in flight keeps its file");
+    let stale = make(tmp.join("abandoned-later"), old);
+    let store: DynStore = Arc::new(store);
+    assert_eq!(
+        store
+            .remove_leftovers(std::time::Duration::from_secs(60))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!stale.exists() && fresh.exists());
+    // Temporary files are never listed, and no key can name one.
+    assert!(
+        store
+            .list(".lance-gateway/", None, 10, false)
+            .await
+            .unwrap()
+            .keys
+            .is_empty()
+    );
+    assert!(store.get(".lance-gateway/tmp/in-flight").await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -130,6 +130,19 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         )
 }
 
+/// Runs a catalog change to its end even when the client goes away or the request times out
+/// (the client then sees 503 and an unknown outcome): a change cut off between two steps
+/// would leave its name blocked until recovery settles it.
+pub(crate) async fn detached<T, F>(change: F) -> Result<T, Error>
+where
+    F: std::future::Future<Output = Result<T, Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::spawn(change)
+        .await
+        .map_err(|e| Error::internal("a catalog change failed", e))?
+}
+
 /// Runs the rest of the request with its path recorded for error bodies.
 async fn scope_request_path(req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();

@@ -10,8 +10,8 @@ use lance_namespace::models::{
 };
 use serde::Deserialize;
 
-use super::AppState;
 use super::extract::{JsonBody, QueryOf, Target};
+use super::{AppState, detached};
 use crate::catalog::{CreateMode, DropBehavior, DropMode};
 use crate::error::Result;
 
@@ -40,10 +40,10 @@ pub async fn create(
 ) -> Result<Json<CreateNamespaceResponse>> {
     target.check_body_id(req.id.as_ref())?;
     let mode = CreateMode::parse(req.mode.as_deref())?;
-    let properties = state
-        .catalog
-        .create_namespace(&target.id, mode, req.properties.unwrap_or_default())
-        .await?;
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let properties = req.properties.unwrap_or_default();
+    let properties =
+        detached(async move { catalog.create_namespace(&id, mode, properties).await }).await?;
     Ok(Json(CreateNamespaceResponse {
         properties: Some(properties),
         ..Default::default()
@@ -87,10 +87,8 @@ pub async fn drop(
     target.check_body_id(req.id.as_ref())?;
     let mode = DropMode::parse(req.mode.as_deref())?;
     let behavior = DropBehavior::parse(req.behavior.as_deref())?;
-    state
-        .catalog
-        .drop_namespace(&target.id, mode, behavior)
-        .await?;
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    detached(async move { catalog.drop_namespace(&id, mode, behavior).await }).await?;
     Ok(Json(DropNamespaceResponse::default()))
 }
 

@@ -12,9 +12,9 @@ use lance_namespace::models::{
 };
 use serde::Deserialize;
 
-use super::AppState;
 use super::extract::{JsonBody, QueryOf, Target, delimiter_of, flag};
 use super::namespace::PageQuery;
+use super::{AppState, detached};
 use crate::catalog::records::TableRecord;
 use crate::error::{Error, Result};
 
@@ -42,11 +42,15 @@ pub async fn declare(
     JsonBody(req): JsonBody<DeclareTableRequest>,
 ) -> Result<Json<DeclareTableResponse>> {
     target.check_body_id(req.id.as_ref())?;
-    let location = req.location.as_deref().filter(|l| !l.is_empty());
-    let record = state
-        .catalog
-        .declare_table(&target.id, location, req.properties.unwrap_or_default())
-        .await?;
+    let location = req.location.filter(|l| !l.is_empty());
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let properties = req.properties.unwrap_or_default();
+    let record = detached(async move {
+        catalog
+            .declare_table(&id, location.as_deref(), properties)
+            .await
+    })
+    .await?;
     let storage_options = state
         .vendor
         .options(req.vend_credentials.unwrap_or(true))
@@ -83,15 +87,15 @@ pub async fn register(
             )));
         }
     };
-    let record = state
-        .catalog
-        .register_table(
-            &target.id,
-            &req.location,
-            overwrite,
-            req.properties.unwrap_or_default(),
-        )
-        .await?;
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let properties = req.properties.unwrap_or_default();
+    let location = req.location;
+    let record = detached(async move {
+        catalog
+            .register_table(&id, &location, overwrite, properties)
+            .await
+    })
+    .await?;
     Ok(Json(RegisterTableResponse {
         location: Some(record.location),
         properties: Some(record.properties),
@@ -188,7 +192,8 @@ pub async fn drop(
     JsonBody(req): JsonBody<DropTableRequest>,
 ) -> Result<Json<DropTableResponse>> {
     target.check_body_id(req.id.as_ref())?;
-    let record = state.catalog.drop_table(&target.id, true).await?;
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let record = detached(async move { catalog.drop_table(&id, true).await }).await?;
     Ok(Json(DropTableResponse {
         id: Some(record.id),
         location: Some(record.location),
@@ -203,7 +208,8 @@ pub async fn deregister(
     JsonBody(req): JsonBody<DeregisterTableRequest>,
 ) -> Result<Json<DeregisterTableResponse>> {
     target.check_body_id(req.id.as_ref())?;
-    let record = state.catalog.drop_table(&target.id, false).await?;
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let record = detached(async move { catalog.drop_table(&id, false).await }).await?;
     Ok(Json(DeregisterTableResponse {
         id: Some(record.id),
         location: Some(record.location),
@@ -240,6 +246,7 @@ pub async fn rename(
         None => target.id[..target.id.len().saturating_sub(1)].to_vec(),
     };
     new_id.push(name);
-    state.catalog.rename_table(&target.id, &new_id).await?;
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    detached(async move { catalog.rename_table(&id, &new_id).await }).await?;
     Ok(Json(RenameTableResponse::default()))
 }

@@ -10,10 +10,11 @@
 //!                                      mode also the level-1 namespace's properties)
 //! ns/<a>/<b>.json                      namespace [a, b] (one record per namespace)
 //! tables/<a>/<b>/<t>.json              table [a, b, t]
-//! pending/<a>/<t>.table.json           a create (the staged table record) or rename of [a, t]
-//!                                      in flight
+//! pending/<a>/<t>.table.json           a create (the staged table record, or its committed
+//!                                      intent) or a rename into [a, t], in flight
 //! pending/<a>/<n>.ns.json              a create of namespace [a, n] in flight
-//! drops/<uid>.json                     a drop or deregister in flight
+//! drops/<op>.json                      a table drop or deregister, or a namespace drop, in
+//!                                      flight (one per operation)
 //! locations/<seg>/<seg>.lance.json     the claim on a table's data location
 //! ```
 //!
@@ -23,6 +24,7 @@
 use std::path::PathBuf;
 
 use super::names::{Id, key_segment, key_segment_decode, path_segment};
+use super::records::EntryKey;
 use crate::error::{Error, Result};
 
 pub const CATALOG_DIR: &str = ".lance-gateway";
@@ -147,12 +149,32 @@ impl Layout {
         format!("{}pending/", Self::catalog_dir(cell))
     }
 
+    /// What an entry key holds, by its folder and suffix.
+    pub fn entry_kind(key: &str) -> EntryKey {
+        if key.ends_with(".table.json") {
+            EntryKey::Table
+        } else if key.ends_with(".ns.json") {
+            EntryKey::Namespace
+        } else {
+            EntryKey::Drop
+        }
+    }
+
+    /// Decodes a pending table key found under `all_pending_prefix(cell)` back to the id of
+    /// the table it reserves, below the cell.
+    pub fn pending_table_rel_of(cell: &str, key: &str) -> Option<Id> {
+        let rest = key
+            .strip_prefix(&Self::all_pending_prefix(cell))?
+            .strip_suffix(".table.json")?;
+        rest.split('/').map(key_segment_decode).collect()
+    }
+
     pub fn drops_prefix(cell: &str) -> String {
         format!("{}drops/", Self::catalog_dir(cell))
     }
 
-    pub fn drop_key(cell: &str, uid: &str) -> String {
-        format!("{}{uid}.json", Self::drops_prefix(cell))
+    pub fn drop_key(cell: &str, op_id: &str) -> String {
+        format!("{}{op_id}.json", Self::drops_prefix(cell))
     }
 
     /// The claim on the data folder `data_key` (a store key, below the cell).

@@ -1,6 +1,14 @@
 //! The records the catalog keeps, one small JSON object each. Every record carries
 //! `format_version`; a gateway refuses records of a newer format than it knows, so the
 //! layout can evolve without an old binary misreading a new warehouse.
+//!
+//! Three kinds of object:
+//! - **records**: a namespace (`NamespaceRecord`), a table (`TableRecord`), a data-folder
+//!   claim (`LocationClaim`), the cell's own `catalog.json` (`CellRecord`);
+//! - **staged records**: a create not yet committed stages the very record it will publish
+//!   at its name's pending key (so a store that moves objects publishes it by moving it);
+//! - **intents** (`Intent`): a multi-step operation in flight, with the state that decides
+//!   it (`prepared` or `committed`). `docs/consistency.md` gives the protocol.
 
 use std::collections::HashMap;
 
@@ -8,10 +16,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// The layout and record format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The layout and record format this build writes and reads. Version 2 added intents with
+/// a committed state and marks on records; a version-1 gateway refuses version-2 records.
+pub const FORMAT_VERSION: u32 = 2;
 
 pub type Properties = HashMap<String, String>;
+
+/// Set on a record while an operation that removes it (a rename, drop or deregister of a
+/// table, a drop of a namespace) is in flight. Whoever finds a mark reads the intent it
+/// names to learn whether that operation is still live, committed, or gone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub op_id: String,
+    /// The key of the operation's intent.
+    pub intent: String,
+}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NamespaceRecord {
@@ -21,10 +40,13 @@ pub struct NamespaceRecord {
     pub created_at_ms: u64,
     #[serde(default)]
     pub properties: Properties,
-    /// Set while a drop checks that the namespace is empty; creates under a namespace with a
-    /// fresh mark fail, so nothing can appear under it between the check and the delete.
+    /// The gateway that created it (for a staged record: the one that settles it after a
+    /// restart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dropping_since_ms: Option<u64>,
+    pub created_by: Option<String>,
+    /// Set while a drop checks or empties the namespace: creates under it wait or fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<Mark>,
 }
 
 /// The record at the root of a cell (`catalog.json`).
@@ -37,7 +59,7 @@ pub struct CellRecord {
     pub namespace: Option<NamespaceRecord>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TableRecord {
     pub format_version: u32,
     pub id: Vec<String>,
@@ -51,61 +73,229 @@ pub struct TableRecord {
     pub properties: Properties,
     /// How the entry came to be: `declare` or `register`.
     pub origin: String,
+    /// The gateway that created it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// Set while a rename, drop or deregister of this table is in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<Mark>,
 }
 
-/// An operation in flight that creates a name: written before the operation's first visible
-/// step, removed after its last. `recovery` finishes or undoes those left by a crash. Table
-/// creates stage their record instead (see `PendingEntry`).
+/// Who runs an operation that is past its first step and is not done yet.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PendingRecord {
+pub struct Settler {
+    pub node: String,
+    pub since_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentState {
+    /// Not decided: the operation may still commit, or be rolled back by anyone who finds
+    /// it abandoned. The two are conditional writes on the intent, so exactly one wins.
+    #[default]
+    Prepared,
+    /// Decided: the operation has happened and is only finished from here (rolled forward).
+    Committed,
+    /// Decided against, by someone who found it abandoned; what it reserved is being
+    /// released. Written only for creates, whose claim must go after the decision.
+    Aborted,
+}
+
+/// A multi-step operation in flight. Creates and renames keep theirs at the target name's
+/// pending key (it reserves the name); drops keep theirs under `drops/<op_id>.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Intent {
+    pub format_version: u32,
+    pub op_id: String,
+    /// The gateway running it (`--node-id`).
+    pub owner: String,
+    pub started_at_ms: u64,
+    #[serde(default)]
+    pub state: IntentState,
+    /// Set by a gateway that took over finishing the operation from an owner that is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settler: Option<Settler>,
+    #[serde(flatten)]
+    pub kind: IntentKind,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum IntentKind {
+    /// A table create that has committed, on a store that cannot move the staged record
+    /// into place in one step; `record` is published next.
+    CreateTable { record: TableRecord },
+    /// The same for a namespace.
+    CreateNamespace { record: NamespaceRecord },
+    /// A rename: `from` is marked, and once committed it is deleted and `record` (the table
+    /// under its new id) published.
+    RenameTable {
+        from: Vec<String>,
+        record: TableRecord,
+    },
+    /// A drop (`delete_data`) or deregister: `record` is marked, and once committed it is
+    /// deleted, then its data (for a drop) and its folder claim.
+    DropTable {
+        record: TableRecord,
+        delete_data: bool,
+    },
+    /// A namespace drop: the namespace is marked while its children are checked or dropped.
+    DropNamespace { id: Vec<String> },
+}
+
+impl Intent {
+    pub fn new(op_id: String, owner: String, kind: IntentKind) -> Self {
+        Intent {
+            format_version: FORMAT_VERSION,
+            op_id,
+            owner,
+            started_at_ms: now_ms(),
+            state: IntentState::Prepared,
+            settler: None,
+            kind,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            IntentKind::CreateTable { .. } => "create_table",
+            IntentKind::CreateNamespace { .. } => "create_namespace",
+            IntentKind::RenameTable { .. } => "rename_table",
+            IntentKind::DropTable { .. } => "drop_table",
+            IntentKind::DropNamespace { .. } => "drop_namespace",
+        }
+    }
+}
+
+/// An intent as written by format version 1 (pending creates and renames): still read so
+/// that leftovers of an older gateway are settled, conservatively.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LegacyPending {
     pub format_version: u32,
     /// `create_namespace`, `declare`, `register` or `rename`.
     pub op: String,
     pub uid: String,
     pub started_at_ms: u64,
-    /// For tables: the record to publish (with its claimed data folder).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub table: Option<TableRecord>,
-    /// For renames: the id the table is moving from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub rename_from: Option<Vec<String>>,
 }
 
-/// A pending entry as stored. A table create (declare, register) stages the very record it
-/// will publish, so a store that can move objects publishes it without writing it again;
-/// renames and namespace creates stage a `PendingRecord`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum PendingEntry {
-    Op(PendingRecord),
-    Staged(TableRecord),
-}
-
-impl PendingEntry {
-    /// The entry as the operation it stands for.
-    pub fn into_pending(self) -> PendingRecord {
-        match self {
-            PendingEntry::Op(pending) => pending,
-            PendingEntry::Staged(table) => PendingRecord {
-                format_version: table.format_version,
-                op: table.origin.clone(),
-                uid: table.uid.clone(),
-                started_at_ms: table.created_at_ms,
-                table: Some(table),
-                rename_from: None,
-            },
-        }
-    }
-}
-
-/// A drop or deregister in flight: written before the table record is deleted.
+/// A version-1 drop record (`drops/<uid>.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DropRecord {
+pub struct LegacyDrop {
     pub format_version: u32,
-    /// `drop` (delete the data too) or `deregister` (keep it).
     pub op: String,
     pub started_at_ms: u64,
     pub table: TableRecord,
+}
+
+/// Whatever can sit at a pending key or under `drops/`.
+#[derive(Clone, Debug)]
+pub enum Entry {
+    /// A table create, staged and not committed: the record it will publish.
+    StagedTable(TableRecord),
+    /// A namespace create, staged and not committed.
+    StagedNamespace(NamespaceRecord),
+    Intent(Intent),
+    LegacyPending(LegacyPending),
+    LegacyDrop(LegacyDrop),
+}
+
+/// The kind of pending key an entry was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKey {
+    Table,
+    Namespace,
+    Drop,
+}
+
+impl Entry {
+    /// Decodes an entry by the shape of its key and body.
+    pub fn decode(key: &str, kind: EntryKey, body: &[u8]) -> Result<Entry> {
+        let value: serde_json::Value = decode(key, body)?;
+        let op = value.get("op").and_then(|o| o.as_str()).map(str::to_string);
+        let version = value
+            .get("format_version")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        let unreadable = |e: serde_json::Error| {
+            Error::internal("a catalog record is unreadable", format!("{key}: {e}"))
+        };
+        Ok(match (op, kind) {
+            (Some(_), EntryKey::Drop) if version < 2 => {
+                Entry::LegacyDrop(serde_json::from_value(value).map_err(unreadable)?)
+            }
+            (Some(_), _) if version < 2 => {
+                Entry::LegacyPending(serde_json::from_value(value).map_err(unreadable)?)
+            }
+            (Some(_), _) => Entry::Intent(serde_json::from_value(value).map_err(unreadable)?),
+            (None, EntryKey::Namespace) => {
+                Entry::StagedNamespace(serde_json::from_value(value).map_err(unreadable)?)
+            }
+            (None, _) => Entry::StagedTable(serde_json::from_value(value).map_err(unreadable)?),
+        })
+    }
+
+    /// The operation's id: an intent's own, or the uid of a staged record.
+    pub fn op_id(&self) -> &str {
+        match self {
+            Entry::StagedTable(t) => &t.uid,
+            Entry::StagedNamespace(n) => &n.uid,
+            Entry::Intent(i) => &i.op_id,
+            Entry::LegacyPending(p) => &p.uid,
+            Entry::LegacyDrop(d) => &d.table.uid,
+        }
+    }
+
+    pub fn owner(&self) -> Option<&str> {
+        match self {
+            Entry::StagedTable(t) => t.created_by.as_deref(),
+            Entry::StagedNamespace(n) => n.created_by.as_deref(),
+            Entry::Intent(i) => Some(&i.owner),
+            Entry::LegacyPending(_) | Entry::LegacyDrop(_) => None,
+        }
+    }
+
+    pub fn started_at_ms(&self) -> u64 {
+        match self {
+            Entry::StagedTable(t) => t.created_at_ms,
+            Entry::StagedNamespace(n) => n.created_at_ms,
+            Entry::Intent(i) => i.started_at_ms,
+            Entry::LegacyPending(p) => p.started_at_ms,
+            Entry::LegacyDrop(d) => d.started_at_ms,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Entry::StagedTable(_) => "create_table",
+            Entry::StagedNamespace(_) => "create_namespace",
+            Entry::Intent(i) => i.name(),
+            Entry::LegacyPending(_) => "legacy_pending",
+            Entry::LegacyDrop(_) => "legacy_drop",
+        }
+    }
+
+    /// A create decided against, whose reservations are being released: anyone may finish.
+    pub fn is_aborted(&self) -> bool {
+        matches!(self, Entry::Intent(i) if i.state == IntentState::Aborted)
+    }
+
+    /// The table this entry will make visible under its name once committed, if it is a
+    /// committed create or rename.
+    pub fn committed_table(&self) -> Option<&TableRecord> {
+        match self {
+            Entry::Intent(Intent {
+                state: IntentState::Committed,
+                kind: IntentKind::CreateTable { record } | IntentKind::RenameTable { record, .. },
+                ..
+            }) => Some(record),
+            _ => None,
+        }
+    }
 }
 
 /// The claim on a data folder, so no two tables ever share or nest their data.
@@ -151,4 +341,68 @@ pub fn decode<T: for<'de> Deserialize<'de>>(key: &str, body: &[u8]) -> Result<T>
     }
     serde_json::from_slice(body)
         .map_err(|e| Error::internal("a catalog record is unreadable", format!("{key}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> TableRecord {
+        TableRecord {
+            format_version: FORMAT_VERSION,
+            id: vec!["a".into(), "t".into()],
+            uid: "u1".into(),
+            data_key: "a/t.lance".into(),
+            location: "file:///w/a/t.lance".into(),
+            created_at_ms: 5,
+            properties: Properties::new(),
+            origin: "declare".into(),
+            created_by: Some("n1".into()),
+            mark: None,
+        }
+    }
+
+    #[test]
+    fn entries_decode_by_shape() {
+        let staged = encode(&table());
+        assert!(matches!(
+            Entry::decode("k", EntryKey::Table, &staged).unwrap(),
+            Entry::StagedTable(t) if t.uid == "u1"
+        ));
+        let mut intent = Intent::new(
+            "op1".into(),
+            "n1".into(),
+            IntentKind::RenameTable {
+                from: vec!["a".into(), "s".into()],
+                record: table(),
+            },
+        );
+        intent.state = IntentState::Committed;
+        let entry = Entry::decode("k", EntryKey::Table, &encode(&intent)).unwrap();
+        assert_eq!(entry.op_id(), "op1");
+        assert_eq!(entry.committed_table().map(|t| t.uid.as_str()), Some("u1"));
+        let legacy = serde_json::json!({"format_version": 1, "op": "rename", "uid": "u",
+            "started_at_ms": 1, "table": table(), "rename_from": ["a", "s"]});
+        assert!(matches!(
+            Entry::decode("k", EntryKey::Table, legacy.to_string().as_bytes()).unwrap(),
+            Entry::LegacyPending(p) if p.op == "rename"
+        ));
+        let drop = Intent::new(
+            "op2".into(),
+            "n1".into(),
+            IntentKind::DropTable {
+                record: table(),
+                delete_data: true,
+            },
+        );
+        let entry = Entry::decode("k", EntryKey::Drop, &encode(&drop)).unwrap();
+        assert_eq!(entry.name(), "drop_table");
+        assert!(entry.committed_table().is_none());
+    }
+
+    #[test]
+    fn newer_records_are_refused() {
+        let body = serde_json::json!({"format_version": FORMAT_VERSION + 1, "op": "x"});
+        assert!(Entry::decode("k", EntryKey::Drop, body.to_string().as_bytes()).is_err());
+    }
 }

@@ -1,7 +1,9 @@
 //! The local-directory store: the embedded default. Objects are files under a root folder.
 //!
 //! Guarantees, on one machine and across processes sharing the folder:
-//! - a write lands whole or not at all (temporary file, then `rename`);
+//! - a write lands whole or not at all: a temporary file in `.lance-gateway/tmp/`, then a
+//!   `rename` into place. A writer killed half-way leaves only a temporary file, which
+//!   `remove_leftovers` (run at open and by every recovery sweep) deletes once it is old;
 //! - with `fs_sync` (the default) a write or delete is durable when it returns: the file's
 //!   data is synced before it is published and its folder after, so an acknowledged change
 //!   survives a power loss. (Readers take no lock, so another request may see a change a
@@ -12,22 +14,27 @@
 //!   run under an exclusive `flock` on `<root>/.lance-gateway.lock` (plus an in-process mutex,
 //!   since `flock` is held per open file description);
 //! - the ETag changes on every write: it is built from the new file's inode, size and
-//!   modification time, so a rewrite with identical bytes still gets a new tag.
+//!   modification time, and every write sets that time itself to a clock reading in
+//!   nanoseconds that this process never hands out twice. (The kernel's own stamps are only
+//!   as fine as its timer tick, and a freed inode is soon reused: a rewrite within one tick
+//!   could otherwise get the tag of the file it replaced, and a stale `IfMatch` pass.)
 //!
 //! Where the work runs: reading, writing or removing one small record is a handful of
 //! system calls against the page cache (tens of microseconds), less than handing it to
 //! another thread costs, so those run on the calling task. What can take long runs on
 //! tokio's blocking pool: every synced write or delete (an fsync is about half a millisecond
 //! on an SSD), listing a folder, and deleting a table's data. The lock is only ever held for
-//! a check and a rename or link, never across an `.await`. A publish falls back to writing
-//! the record where the file system has no hard links.
+//! a check and a rename or link, never across an `.await`. `publish` (a hard link, then the
+//! staged name removed, all under the lock) is served only where the file system has hard
+//! links, which `open` finds out once.
 
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -35,15 +42,19 @@ use bytes::Bytes;
 use super::{Condition, Object, Page, Store, StoreError, StoreResult};
 
 const LOCK_FILE: &str = ".lance-gateway.lock";
+/// Where writes are prepared before they are renamed into place. No catalog key lives here.
+const TMP_DIR: &str = ".lance-gateway/tmp";
+/// How a temporary file was named before `TMP_DIR` (format version 1): one beside each key.
+const LEGACY_TMP_PREFIX: &str = ".tmp-";
+/// At open, a temporary file older than this belongs to a writer that is gone: a write holds
+/// one for the time of a write and a sync. (Sweeps use the recovery grace period.)
+const LEFTOVER_AGE: Duration = Duration::from_secs(60);
 
 /// How a hard link for `publish` went.
 enum Linked {
     Done(String),
     NoFolder,
-    /// The file system refused the link itself (no hard links, another device, ...).
-    Unsupported(std::io::Error),
 }
-const TMP_PREFIX: &str = ".tmp-";
 
 pub struct FsStore {
     inner: Arc<Inner>,
@@ -54,9 +65,10 @@ struct Inner {
     lock: Mutex<File>,
     /// Sync every write and delete before returning (survives power loss, not only crashes).
     sync: bool,
-    /// Whether `publish` may hard-link; turned off for good the first time the file system
-    /// refuses a link.
-    links: AtomicBool,
+    /// Whether the file system makes hard links, so `publish` is served.
+    links: bool,
+    /// The last modification time (ns since the epoch) this process gave a file.
+    last_stamp: AtomicU64,
 }
 
 impl FsStore {
@@ -70,25 +82,45 @@ impl FsStore {
     pub fn open_with_sync(root: &Path, sync: bool) -> std::io::Result<Self> {
         fs::create_dir_all(root)?;
         let root = root.canonicalize()?;
+        fs::create_dir_all(root.join(TMP_DIR))?;
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(root.join(LOCK_FILE))?;
-        Ok(FsStore {
+        let links = links_work(&root.join(TMP_DIR));
+        if !links {
+            tracing::info!(
+                "the warehouse folder refuses hard links: creates commit through an intent"
+            );
+        }
+        let store = FsStore {
             inner: Arc::new(Inner {
                 root,
                 lock: Mutex::new(lock),
                 sync,
-                links: AtomicBool::new(true),
+                links,
+                last_stamp: AtomicU64::new(0),
             }),
-        })
+        };
+        let removed = store
+            .inner
+            .remove_leftovers(LEFTOVER_AGE, true)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "removed temporary files left by writers that were killed"
+            );
+        }
+        Ok(store)
     }
 
-    /// Publishes records by writing them, as on a file system without hard links (where the
-    /// store also switches to this by itself).
-    pub fn without_hard_links(self) -> Self {
-        self.inner.links.store(false, Ordering::Relaxed);
+    /// Serves no `publish`, as on a file system without hard links.
+    pub fn without_hard_links(mut self) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.links = false;
+        }
         self
     }
 
@@ -126,6 +158,19 @@ fn io(err: std::io::Error) -> StoreError {
     StoreError::Other(err.to_string())
 }
 
+/// Whether `dir`'s file system makes hard links (tried once, with a scratch file).
+fn links_work(dir: &Path) -> bool {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (a, b) = (
+        dir.join(format!("probe-{id}")),
+        dir.join(format!("probe-{id}-link")),
+    );
+    let worked = File::create(&a).is_ok() && fs::hard_link(&a, &b).is_ok();
+    let _ = fs::remove_file(&a);
+    let _ = fs::remove_file(&b);
+    worked
+}
+
 fn etag_of(meta: &fs::Metadata) -> String {
     format!(
         "\"{:x}-{:x}-{:x}.{:x}\"",
@@ -142,7 +187,8 @@ impl Inner {
             && !key.starts_with('/')
             && key
                 .split('/')
-                .all(|s| !s.is_empty() && s != "." && s != "..");
+                .all(|s| !s.is_empty() && s != "." && s != "..")
+            && !key.starts_with(&format!("{TMP_DIR}/"));
         if !valid {
             return Err(StoreError::Other(format!("invalid object key '{key}'")));
         }
@@ -249,16 +295,41 @@ impl Inner {
         }
     }
 
+    /// A modification time no earlier write of this process got.
+    fn stamp(&self) -> SystemTime {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let mut last = self.last_stamp.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(last + 1);
+            match self.last_stamp.compare_exchange_weak(
+                last,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return UNIX_EPOCH + Duration::from_nanos(next),
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
     fn put(&self, key: &str, body: &[u8], cond: &Condition) -> StoreResult<String> {
         let path = self.path(key)?;
         let dir = path
             .parent()
             .ok_or_else(|| StoreError::Other("key has no folder".into()))?;
-        let tmp = dir.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4().simple()));
+        let tmp = self
+            .root
+            .join(TMP_DIR)
+            .join(uuid::Uuid::new_v4().simple().to_string());
         let written = self
-            .in_dir(dir, || File::create(&tmp))
+            .in_dir(&self.root.join(TMP_DIR), || File::create(&tmp))
             .and_then(|mut file| {
                 file.write_all(body).map_err(io)?;
+                file.set_modified(self.stamp()).map_err(io)?;
                 if self.sync {
                     file.sync_data().map_err(io)?;
                 }
@@ -267,7 +338,15 @@ impl Inner {
         let result = written.and_then(|()| {
             self.locked(|| {
                 self.check(&path, cond)?;
-                fs::rename(&tmp, &path).map_err(io)?;
+                match fs::rename(&tmp, &path) {
+                    Ok(()) => {}
+                    // The first object in a folder: the folder is made here.
+                    Err(e) if e.kind() == ErrorKind::NotFound && !dir.is_dir() => {
+                        self.make_dirs(dir)?;
+                        fs::rename(&tmp, &path).map_err(io)?;
+                    }
+                    Err(e) => return Err(io(e)),
+                }
                 Ok(etag_of(&fs::metadata(&path).map_err(io)?))
             })
         });
@@ -280,34 +359,17 @@ impl Inner {
     }
 
     /// Moves `staged` (still at `staged_etag`) to `key` if `key` is free: a hard link, then
-    /// the staged name removed, so no file is created or freed. On a file system without hard
-    /// links it writes `body` instead, as other stores do.
-    fn publish(
-        &self,
-        staged: &str,
-        staged_etag: &str,
-        key: &str,
-        body: &[u8],
-    ) -> StoreResult<String> {
+    /// the staged name removed, so no file is created or freed.
+    fn publish(&self, staged: &str, staged_etag: &str, key: &str) -> StoreResult<String> {
         let from = self.path(staged)?;
         let to = self.path(key)?;
         let dir = to
             .parent()
             .ok_or_else(|| StoreError::Other("key has no folder".into()))?;
-        let write = || {
-            let etag = self.put(key, body, &Condition::IfAbsent)?;
-            let _ = self.delete(staged, &Condition::IfMatch(staged_etag.to_string()));
-            Ok(etag)
-        };
-        if !self.links.load(Ordering::Relaxed) {
-            return write();
-        }
         let link = || {
             self.locked(|| {
                 if self.current_etag(&from)?.as_deref() != Some(staged_etag) {
-                    return Err(StoreError::Other(format!(
-                        "the staged object '{staged}' is gone or was replaced"
-                    )));
+                    return Err(StoreError::StagedChanged);
                 }
                 match fs::hard_link(&from, &to) {
                     Ok(()) => {}
@@ -316,34 +378,78 @@ impl Inner {
                     }
                     // `from` is there, so it is the folder of `key` that is missing.
                     Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Linked::NoFolder),
-                    Err(e) => return Ok(Linked::Unsupported(e)),
+                    Err(e) => return Err(io(e)),
                 }
-                // Best-effort, as the trait allows: a leftover is removed by recovery.
-                let _ = fs::remove_file(&from);
+                if let Err(e) = fs::remove_file(&from) {
+                    // The record is published; the staged name beside it is a leftover
+                    // that recovery removes.
+                    tracing::warn!(staged, error = %e, "could not remove a published staged record");
+                }
                 Ok(Linked::Done(etag_of(&fs::metadata(&to).map_err(io)?)))
             })
         };
         let mut linked = link()?;
         if let Linked::NoFolder = linked {
-            // The first table of a namespace: its folder is made here.
+            // The first record of a namespace: its folder is made here.
             self.make_dirs(dir)?;
             linked = link()?;
         }
         match linked {
             Linked::Done(etag) => {
+                // The staged name's removal is not synced: if a power loss brings it back,
+                // it is a leftover beside its published record, which recovery removes.
                 self.sync_dir(dir)?;
                 Ok(etag)
             }
             Linked::NoFolder => Err(StoreError::Other(format!(
                 "the folder of '{key}' disappeared while publishing"
             ))),
-            Linked::Unsupported(e) => {
-                if self.links.swap(false, Ordering::Relaxed) {
-                    tracing::info!(error = %e, "the warehouse folder refuses hard links; publishing records by writing them");
+        }
+    }
+
+    /// Removes temporary files older than `older_than`; with `legacy`, also those an older
+    /// version left beside catalog keys.
+    fn remove_leftovers(&self, older_than: Duration, legacy: bool) -> StoreResult<u64> {
+        let mut removed = 0;
+        let old = |path: &Path| {
+            fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > older_than)
+        };
+        if let Ok(entries) = fs::read_dir(self.root.join(TMP_DIR)) {
+            for entry in entries.flatten() {
+                if old(&entry.path()) && fs::remove_file(entry.path()).is_ok() {
+                    removed += 1;
                 }
-                write()
             }
         }
+        if legacy {
+            let mut stack = vec![self.root.join(".lance-gateway")];
+            while let Some(dir) = stack.pop() {
+                let Ok(entries) = fs::read_dir(&dir) else {
+                    continue;
+                };
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        if path != self.root.join(TMP_DIR) {
+                            stack.push(path);
+                        }
+                    } else if entry
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with(LEGACY_TMP_PREFIX)
+                        && old(&path)
+                        && fs::remove_file(&path).is_ok()
+                    {
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        Ok(removed)
     }
 
     fn delete(&self, key: &str, cond: &Condition) -> StoreResult<()> {
@@ -384,11 +490,14 @@ impl Inner {
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
-            if name.starts_with(TMP_PREFIX) || name == LOCK_FILE {
+            if name.starts_with(LEGACY_TMP_PREFIX) || name == LOCK_FILE {
                 continue;
             }
             let kind = entry.file_type().map_err(io)?;
             let key = format!("{key_prefix}{name}");
+            if key == TMP_DIR {
+                continue;
+            }
             if kind.is_dir() {
                 if !shallow {
                     self.walk(&entry.path(), &format!("{key}/"), shallow, out)?;
@@ -464,16 +573,24 @@ impl Store for FsStore {
         self.mutation(move |inner| inner.delete(&key, &cond)).await
     }
 
-    async fn publish(
-        &self,
-        staged: &str,
-        staged_etag: &str,
-        key: &str,
-        body: Bytes,
-    ) -> StoreResult<String> {
+    fn atomic_publish(&self) -> bool {
+        self.inner.links
+    }
+
+    async fn publish(&self, staged: &str, staged_etag: &str, key: &str) -> StoreResult<String> {
+        if !self.inner.links {
+            return Err(StoreError::Other(
+                "the warehouse folder makes no hard links".into(),
+            ));
+        }
         let (staged, staged_etag, key) =
             (staged.to_string(), staged_etag.to_string(), key.to_string());
-        self.mutation(move |inner| inner.publish(&staged, &staged_etag, &key, &body))
+        self.mutation(move |inner| inner.publish(&staged, &staged_etag, &key))
+            .await
+    }
+
+    async fn remove_leftovers(&self, older_than: Duration) -> StoreResult<u64> {
+        self.blocking(move |inner| inner.remove_leftovers(older_than, false))
             .await
     }
 

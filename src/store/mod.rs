@@ -46,6 +46,9 @@ pub enum StoreError {
     /// The write's or delete's condition did not hold.
     #[error("precondition failed")]
     PreconditionFailed,
+    /// `publish`: the staged object is gone or no longer at the given ETag.
+    #[error("the staged object changed")]
+    StagedChanged,
     /// The bucket (endpoint mode) does not exist.
     #[error("no such bucket: {0}")]
     NoSuchBucket(String),
@@ -59,7 +62,7 @@ pub type StoreResult<T> = std::result::Result<T, StoreError>;
 impl From<StoreError> for crate::error::Error {
     fn from(err: StoreError) -> Self {
         match err {
-            StoreError::PreconditionFailed => {
+            StoreError::PreconditionFailed | StoreError::StagedChanged => {
                 crate::error::Error::conflict("the catalog changed during the request; retry")
             }
             other => crate::error::Error::unavailable("the warehouse store failed")
@@ -82,27 +85,24 @@ pub trait Store: Send + Sync + 'static {
     /// whatever is there and succeeds when nothing is.
     async fn delete(&self, key: &str, cond: Condition) -> StoreResult<()>;
 
-    /// Publishes `body` at `key` if nothing is there, and removes `staged`: an object the
-    /// caller wrote earlier with exactly these bytes (a pending entry), now at `staged_etag`.
-    /// At every moment the object is at `staged`, at `key`, or at both, never at neither.
-    /// `PreconditionFailed` when `key` exists; `staged` is then left as it was. `staged` is
-    /// removed only if it is still at `staged_etag`, and best-effort (recovery removes a
-    /// leftover). A store that can move an object atomically moves `staged` instead of
-    /// writing the bytes again; such a store refuses (with `Other`) when `staged` is gone or
-    /// replaced, where the others publish `body` all the same.
-    async fn publish(
-        &self,
-        staged: &str,
-        staged_etag: &str,
-        key: &str,
-        body: Bytes,
-    ) -> StoreResult<String> {
-        let etag = self.put(key, body, Condition::IfAbsent).await?;
-        let cond = Condition::IfMatch(staged_etag.to_string());
-        if let Err(e) = self.delete(staged, cond).await {
-            tracing::warn!(staged, error = %e, "could not remove a published pending entry");
-        }
-        Ok(etag)
+    /// Whether `publish` is served: the store can move an object into place in one step,
+    /// conditional on the source and the target at once.
+    fn atomic_publish(&self) -> bool {
+        false
+    }
+
+    /// Moves `staged` to `key` in one step, if `staged` is still at `staged_etag` and nothing
+    /// is at `key`; returns the ETag of `key`. `PreconditionFailed` when `key` exists,
+    /// `StagedChanged` when `staged` is gone or was replaced; either way nothing changes.
+    /// Only stores whose `atomic_publish` is true serve it.
+    async fn publish(&self, _staged: &str, _staged_etag: &str, _key: &str) -> StoreResult<String> {
+        Err(StoreError::Other("this store cannot move objects".into()))
+    }
+
+    /// Removes what writers of this store left behind when they were killed (temporary
+    /// files older than `older_than`), if the store makes any; returns how many.
+    async fn remove_leftovers(&self, _older_than: std::time::Duration) -> StoreResult<u64> {
+        Ok(0)
     }
 
     /// Lists keys that start with `prefix` and sort after `start_after`, at most `limit`.

@@ -1,0 +1,455 @@
+//! The life of an operation in flight: what a mark on a record means, how an entry is
+//! settled (rolled back while prepared, rolled forward once committed), and what a rival
+//! of an operation on the same name does. Every decision here is a conditional write on
+//! the entry that decides the operation, so any number of gateways may run this for the
+//! same entry at once.
+
+use super::layout::Layout;
+use super::records::*;
+use super::{Catalog, Slot};
+use crate::error::{Error, Result};
+use crate::store::{Condition, StoreError};
+
+/// What a mark on a record means right now.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum MarkState {
+    /// Its operation is gone without having committed: the record is as if unmarked.
+    Void,
+    /// Its operation is live and undecided.
+    Live,
+    /// Something moved while looking (an entry settled, a committed removal finished its
+    /// deciding step): read the record again.
+    Moved,
+}
+
+/// What a request found at a pending key it wanted for itself.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Rival {
+    /// Nothing is there (any more), and the name is free: try again.
+    Gone,
+    /// A committed create or rename, or a record published: the name is taken.
+    Committed,
+    /// A live operation that did not finish within the wait.
+    Busy,
+}
+
+impl Catalog {
+    /// Reads the intent a mark names and says what the mark means. `key` and `etag` are the
+    /// marked record's.
+    pub(crate) async fn resolve_mark(
+        &self,
+        key: &str,
+        etag: &str,
+        mark: &Mark,
+    ) -> Result<MarkState> {
+        match self.read_entry(&mark.intent).await? {
+            Some((entry, entry_etag)) if entry.op_id() == mark.op_id => {
+                if self.settleable(entry.owner(), entry.started_at_ms()) {
+                    self.settle(&mark.intent, entry, &entry_etag).await?;
+                    return Ok(MarkState::Moved);
+                }
+                match &entry {
+                    Entry::Intent(Intent {
+                        state: IntentState::Committed,
+                        kind: IntentKind::RenameTable { .. } | IntentKind::DropTable { .. },
+                        ..
+                    }) => {
+                        // The removal has committed: its deciding step (the record's delete)
+                        // is safe for anyone to take, so take it rather than wait.
+                        self.remove(key, etag).await?;
+                        Ok(MarkState::Moved)
+                    }
+                    _ => Ok(MarkState::Live),
+                }
+            }
+            // The intent is written before the mark and removed only after the marked record
+            // is deleted or unmarked, so a mark whose intent is gone on a record that has not
+            // changed since is a leftover of a rollback.
+            _ => match self.store.get(key).await? {
+                Some(obj) if obj.etag == etag => Ok(MarkState::Void),
+                _ => Ok(MarkState::Moved),
+            },
+        }
+    }
+
+    /// Settles an entry: rolls a prepared one back, or rolls a committed one forward after
+    /// taking it over. Callers decide whether it is theirs to settle (`settleable`, or a
+    /// namespace drop removing what is under it). `Ok(true)` when the entry is gone.
+    pub(crate) async fn settle(&self, key: &str, entry: Entry, etag: &str) -> Result<bool> {
+        tracing::info!(key, op = entry.name(), op_id = entry.op_id(), owner = ?entry.owner(), "settling an operation left unfinished");
+        match entry {
+            Entry::StagedTable(record) => {
+                let published = self
+                    .read::<TableRecord>(&self.table_key(&record.id)?)
+                    .await?
+                    .is_some_and(|(t, _)| t.uid == record.uid);
+                if published {
+                    // Published by a move whose removal of the staged name failed.
+                    return Ok(self.remove(key, etag).await?);
+                }
+                // Rolling back starts with a conditional rewrite of the staged record: the
+                // same object the create commits on, so only one of the two happens, and the
+                // decision stays written while the folder claim is released.
+                let aborted = Intent {
+                    format_version: FORMAT_VERSION,
+                    op_id: record.uid.clone(),
+                    owner: record.created_by.clone().unwrap_or_default(),
+                    started_at_ms: record.created_at_ms,
+                    state: IntentState::Aborted,
+                    settler: None,
+                    kind: IntentKind::CreateTable { record },
+                };
+                match self
+                    .write(key, encode(&aborted), Condition::IfMatch(etag.to_string()))
+                    .await
+                {
+                    Ok(etag) => {
+                        self.finish_abort(key, &aborted, &etag).await?;
+                        Ok(true)
+                    }
+                    Err(StoreError::PreconditionFailed) => Ok(false),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Entry::StagedNamespace(_) => Ok(self.remove(key, etag).await?),
+            Entry::Intent(intent) if intent.state == IntentState::Aborted => {
+                self.finish_abort(key, &intent, etag).await?;
+                Ok(true)
+            }
+            Entry::Intent(intent) if intent.state == IntentState::Prepared => {
+                match &intent.kind {
+                    IntentKind::RenameTable { from, .. } => {
+                        if self.remove(key, etag).await? {
+                            self.unmark_table(from, &intent.op_id).await?;
+                        }
+                    }
+                    IntentKind::DropTable { record, .. } => {
+                        if self.remove(key, etag).await? {
+                            self.unmark_table(&record.id, &intent.op_id).await?;
+                        }
+                    }
+                    IntentKind::DropNamespace { id } => {
+                        // A namespace drop decides on the namespace record itself (it deletes
+                        // it only while its mark is there): unmarking is the rollback.
+                        self.unmark_namespace(id, &intent.op_id).await?;
+                        self.remove(key, etag).await?;
+                    }
+                    IntentKind::CreateTable { .. } | IntentKind::CreateNamespace { .. } => {
+                        self.remove(key, etag).await?;
+                    }
+                }
+                Ok(true)
+            }
+            Entry::Intent(mut intent) => {
+                if let Some(s) = &intent.settler
+                    && s.node != self.node
+                    && !self.stale(s.since_ms)
+                {
+                    return Ok(false);
+                }
+                intent.settler = Some(Settler {
+                    node: self.node.clone(),
+                    since_ms: now_ms(),
+                });
+                let etag = match self
+                    .write(key, encode(&intent), Condition::IfMatch(etag.to_string()))
+                    .await
+                {
+                    Ok(e) => e,
+                    Err(StoreError::PreconditionFailed) => return Ok(false),
+                    Err(e) => return Err(e.into()),
+                };
+                self.roll_forward(key, &intent, &etag).await?;
+                Ok(true)
+            }
+            Entry::LegacyPending(pending) => {
+                self.settle_legacy_pending(key, &pending, etag).await?;
+                Ok(true)
+            }
+            Entry::LegacyDrop(drop) => {
+                let alive = self
+                    .read::<TableRecord>(&self.table_key(&drop.table.id)?)
+                    .await?
+                    .is_some_and(|(t, _)| t.uid == drop.table.uid);
+                if !alive {
+                    // A version-1 drop cannot tell its own delete from a later one (a rename
+                    // keeps the uid), so its data is never deleted on a guess.
+                    tracing::warn!(key, location = %drop.table.location, "an older gateway's drop was left unfinished; its data folder and claim are kept for an operator to check");
+                }
+                self.remove(key, etag).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Releases what an aborted create reserved, then removes its entry.
+    async fn finish_abort(&self, key: &str, intent: &Intent, etag: &str) -> Result<()> {
+        if let IntentKind::CreateTable { record } = &intent.kind {
+            let cell = self.cell_of(&record.id)?;
+            self.release_location(&cell, &record.data_key, &record.uid)
+                .await?;
+        }
+        self.remove(key, etag).await?;
+        Ok(())
+    }
+
+    async fn settle_legacy_pending(
+        &self,
+        key: &str,
+        pending: &LegacyPending,
+        etag: &str,
+    ) -> Result<()> {
+        match (&pending.table, pending.op.as_str()) {
+            (Some(table), "declare" | "register") => {
+                let published = self
+                    .read::<TableRecord>(&self.table_key(&table.id)?)
+                    .await?
+                    .is_some_and(|(t, _)| t.uid == pending.uid);
+                if !published {
+                    let cell = self.cell_of(&table.id)?;
+                    self.release_location(&cell, &table.data_key, &pending.uid)
+                        .await?;
+                }
+                self.remove(key, etag).await?;
+            }
+            (Some(table), "rename") => {
+                let published = self
+                    .read::<TableRecord>(&self.table_key(&table.id)?)
+                    .await?
+                    .is_some_and(|(t, _)| t.uid == pending.uid);
+                if !published {
+                    // Version 1 could not tell whether its rename or a later request removed
+                    // the source; it is never rolled forward on that guess.
+                    tracing::warn!(
+                        key,
+                        "an older gateway's rename was left unfinished; it is rolled back"
+                    );
+                }
+                self.remove(key, etag).await?;
+            }
+            _ => {
+                self.remove(key, etag).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes a committed operation from its intent (at `key`, now at `etag`). Run by the
+    /// owner in time, or by the one settler that took the intent over; every step may have
+    /// been done already.
+    pub(crate) async fn roll_forward(&self, key: &str, intent: &Intent, etag: &str) -> Result<()> {
+        match &intent.kind {
+            IntentKind::CreateTable { record } => {
+                self.put_published(&self.table_key(&record.id)?, encode(record), &record.uid)
+                    .await?;
+            }
+            IntentKind::CreateNamespace { record } => {
+                if let Slot::Plain(ns_key) = self.slot(&record.id)? {
+                    self.put_published(&ns_key, encode(record), &record.uid)
+                        .await?;
+                }
+            }
+            IntentKind::RenameTable { from, record } => {
+                self.delete_marked_table(from, &intent.op_id).await?;
+                self.put_published(&self.table_key(&record.id)?, encode(record), &record.uid)
+                    .await?;
+            }
+            IntentKind::DropTable {
+                record,
+                delete_data,
+            } => {
+                self.delete_marked_table(&record.id, &intent.op_id).await?;
+                if *delete_data {
+                    let removed = self
+                        .store
+                        .delete_prefix(&format!("{}/", record.data_key))
+                        .await?;
+                    tracing::info!(location = %record.location, objects = removed, "deleted the data of a dropped table");
+                }
+                let cell = self.cell_of(&record.id)?;
+                self.release_location(&cell, &record.data_key, &record.uid)
+                    .await?;
+            }
+            IntentKind::DropNamespace { .. } => {}
+        }
+        self.remove(key, etag).await?;
+        Ok(())
+    }
+
+    /// Publishes a record from a committed intent, unless it already is.
+    async fn put_published(&self, key: &str, body: bytes::Bytes, uid: &str) -> Result<()> {
+        match self.write(key, body, Condition::IfAbsent).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::PreconditionFailed) => {
+                let holder = self
+                    .read::<serde_json::Value>(key)
+                    .await?
+                    .and_then(|(v, _)| v.get("uid").and_then(|u| u.as_str()).map(str::to_string));
+                if holder.as_deref() != Some(uid) {
+                    // The name was reserved by the intent from before it committed, so this
+                    // can only be a damaged warehouse; say so rather than overwrite.
+                    tracing::error!(
+                        key,
+                        uid,
+                        ?holder,
+                        "a committed operation found its name taken"
+                    );
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes table `id`'s record if operation `op_id` still marks it: a committed
+    /// removal's deciding step.
+    pub(crate) async fn delete_marked_table(&self, id: &[String], op_id: &str) -> Result<()> {
+        let key = self.table_key(id)?;
+        if let Some((table, etag)) = self.read::<TableRecord>(&key).await?
+            && table.mark.as_ref().is_some_and(|m| m.op_id == op_id)
+        {
+            self.remove(&key, &etag).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes operation `op_id`'s mark from table `id`, if it is still there.
+    pub(crate) async fn unmark_table(&self, id: &[String], op_id: &str) -> Result<()> {
+        let key = self.table_key(id)?;
+        if let Some((mut table, etag)) = self.read::<TableRecord>(&key).await?
+            && table.mark.as_ref().is_some_and(|m| m.op_id == op_id)
+        {
+            table.mark = None;
+            match self
+                .write(&key, encode(&table), Condition::IfMatch(etag))
+                .await
+            {
+                Ok(_) | Err(StoreError::PreconditionFailed) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes namespace drop `op_id`'s mark from namespace `id`, if it is still there.
+    pub(crate) async fn unmark_namespace(&self, id: &[String], op_id: &str) -> Result<()> {
+        if let Some((mut ns, etag)) = self.read_namespace(id).await?
+            && ns.mark.as_ref().is_some_and(|m| m.op_id == op_id)
+        {
+            ns.mark = None;
+            match self.write_namespace(&ns, Condition::IfMatch(etag)).await {
+                Ok(_) | Err(StoreError::PreconditionFailed) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Table `id` as its committed arrival shows it, when its record is not published yet:
+    /// a committed create, or a committed rename whose source is gone (the rename's
+    /// linearization point is that delete). Reads only.
+    pub(crate) async fn arriving_table(&self, id: &[String]) -> Result<Option<TableRecord>> {
+        let Some((entry, _)) = self.read_entry(&self.table_pending_key(id)?).await? else {
+            return Ok(None);
+        };
+        let Some(record) = entry.committed_table() else {
+            return Ok(None);
+        };
+        if let Entry::Intent(Intent {
+            kind: IntentKind::RenameTable { from, .. },
+            op_id,
+            ..
+        }) = &entry
+            && self.source_still_marked(from, op_id).await?
+        {
+            return Ok(None);
+        }
+        Ok(Some(record.clone()))
+    }
+
+    /// Whether table `from` is still there under rename `op_id`'s mark.
+    pub(crate) async fn source_still_marked(&self, from: &[String], op_id: &str) -> Result<bool> {
+        Ok(self
+            .read::<TableRecord>(&self.table_key(from)?)
+            .await?
+            .is_some_and(|(t, _)| t.mark.is_some_and(|m| m.op_id == op_id)))
+    }
+
+    /// Namespace `id` as its committed create shows it, when its record is not published yet.
+    pub(crate) async fn arriving_namespace(
+        &self,
+        id: &[String],
+    ) -> Result<Option<NamespaceRecord>> {
+        let Some((name, parent)) = id.split_last() else {
+            return Ok(None);
+        };
+        if self.layout.endpoint_mode() && parent.is_empty() {
+            return Ok(None);
+        }
+        let key = Layout::pending_namespace_key(&self.layout.place(parent)?, name);
+        Ok(match self.read_entry(&key).await? {
+            Some((
+                Entry::Intent(Intent {
+                    state: IntentState::Committed,
+                    kind: IntentKind::CreateNamespace { record },
+                    ..
+                }),
+                _,
+            )) => Some(record),
+            _ => None,
+        })
+    }
+
+    /// A request wants the pending key `key` (reserving the record key `record_key`) and
+    /// found it taken: settle what is abandoned, let a committed operation take its deciding
+    /// step, and wait a little for a live one. When the entry goes, the record tells whether
+    /// it went by publishing.
+    pub(crate) async fn await_rival(&self, key: &str, record_key: &str) -> Result<Rival> {
+        let mut patience = self.patience();
+        loop {
+            let Some((entry, etag)) = self.read_entry(key).await? else {
+                return Ok(match self.store.get(record_key).await? {
+                    Some(_) => Rival::Committed,
+                    None => Rival::Gone,
+                });
+            };
+            if self.settleable(entry.owner(), entry.started_at_ms()) || entry.is_aborted() {
+                self.settle(key, entry, &etag).await?;
+                continue;
+            }
+            match &entry {
+                Entry::Intent(Intent {
+                    state: IntentState::Committed,
+                    kind,
+                    op_id,
+                    ..
+                }) => {
+                    if let IntentKind::RenameTable { from, .. } = kind {
+                        // The name is the rename's once its source is gone: help that along
+                        // rather than claim the name is taken while readers cannot see it.
+                        self.delete_marked_table(from, op_id).await?;
+                    }
+                    return Ok(Rival::Committed);
+                }
+                _ => {
+                    if !patience.wait().await {
+                        return Ok(Rival::Busy);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The cell of table or namespace `id`'s parent.
+    pub(crate) fn cell_of(&self, id: &[String]) -> Result<String> {
+        let parent = &id[..id.len().saturating_sub(1)];
+        Ok(self.layout.place(parent)?.cell)
+    }
+
+    pub(crate) fn busy(&self, what: &str, id: &[String]) -> Error {
+        Error::conflict(format!(
+            "{what} '{}' is being changed by another request; retry",
+            self.show(id)
+        ))
+    }
+}

@@ -1,0 +1,642 @@
+//! Namespaces: create (with its modes), describe, exists, and drop (restrict or cascade).
+//!
+//! A create reserves the name with its staged record under the parent's pending folder,
+//! checks that the parent is open, then commits. A drop writes its intent, marks the
+//! namespace, checks (or empties) it, and deletes the record only while its mark is there:
+//! that delete is the drop's linearization point, and a rollback is the removal of the mark.
+
+use super::intents::Rival;
+use super::layout::Layout;
+use super::records::*;
+use super::{Catalog, CreateMode, DropBehavior, DropMode, Patience, Slot, recovery};
+use crate::error::{Error, Result};
+use crate::store::{Condition, StoreError};
+
+/// Something under a namespace that keeps it from being dropped.
+pub(crate) enum Child {
+    Table(Vec<String>),
+    Namespace(Vec<String>),
+    /// A create or rename that has committed and is not published yet.
+    Arriving(Vec<String>),
+}
+
+/// How a create attempt ended.
+pub(crate) enum Commit {
+    Done,
+    /// The name was taken (the staged entry is already removed): look again.
+    Taken,
+    /// Someone settled the staged entry first: the create did not happen.
+    Lost,
+}
+
+impl Catalog {
+    /// Reads a namespace record as stored (with its mark); `None` when there is none. The
+    /// root reads as an empty record that always exists.
+    pub(crate) async fn read_namespace(
+        &self,
+        id: &[String],
+    ) -> Result<Option<(NamespaceRecord, String)>> {
+        match self.slot(id)? {
+            Slot::Root => Ok(Some((
+                NamespaceRecord {
+                    format_version: FORMAT_VERSION,
+                    id: Vec::new(),
+                    uid: String::new(),
+                    created_at_ms: 0,
+                    properties: Properties::new(),
+                    created_by: None,
+                    mark: None,
+                },
+                String::new(),
+            ))),
+            Slot::Cell(key) => Ok(self
+                .read::<CellRecord>(&key)
+                .await?
+                .and_then(|(cell, etag)| cell.namespace.map(|ns| (ns, etag)))),
+            Slot::Plain(key) => self.read::<NamespaceRecord>(&key).await,
+        }
+    }
+
+    /// Writes a namespace record under `cond`; returns the new ETag.
+    pub(crate) async fn write_namespace(
+        &self,
+        record: &NamespaceRecord,
+        cond: Condition,
+    ) -> Result<String, StoreError> {
+        match self
+            .slot(&record.id)
+            .map_err(|e| StoreError::Other(e.message))?
+        {
+            Slot::Root => Err(StoreError::Other("the root namespace has no record".into())),
+            Slot::Cell(key) => {
+                let cell = CellRecord {
+                    format_version: FORMAT_VERSION,
+                    created_at_ms: record.created_at_ms,
+                    namespace: Some(record.clone()),
+                };
+                self.write(&key, encode(&cell), cond).await
+            }
+            Slot::Plain(key) => self.write(&key, encode(record), cond).await,
+        }
+    }
+
+    fn namespace_key(&self, id: &[String]) -> Result<Option<String>> {
+        Ok(match self.slot(id)? {
+            Slot::Root => None,
+            Slot::Cell(key) | Slot::Plain(key) => Some(key),
+        })
+    }
+
+    /// Namespace `id` as readers see it: its record, or its committed create not yet
+    /// published.
+    pub(crate) async fn find_namespace(&self, id: &[String]) -> Result<Option<NamespaceRecord>> {
+        if let Some((ns, _)) = self.read_namespace(id).await? {
+            return Ok(Some(ns));
+        }
+        self.arriving_namespace(id).await
+    }
+
+    pub async fn describe_namespace(&self, id: &[String]) -> Result<Properties> {
+        match self.find_namespace(id).await? {
+            Some(ns) => Ok(ns.properties),
+            None => Err(Error::namespace_not_found(&self.show(id))),
+        }
+    }
+
+    pub async fn namespace_exists(&self, id: &[String]) -> Result<()> {
+        self.describe_namespace(id).await.map(|_| ())
+    }
+
+    /// Checks that children may be created under `id` now: it exists and no drop of it is
+    /// live. A live drop is waited for a little.
+    pub(crate) async fn ensure_open_namespace(&self, id: &[String]) -> Result<()> {
+        let mut patience = self.patience();
+        loop {
+            let Some((ns, etag)) = self.read_namespace(id).await? else {
+                return match self.arriving_namespace(id).await? {
+                    Some(_) => Ok(()),
+                    None => Err(Error::namespace_not_found(&self.show(id))),
+                };
+            };
+            let (Some(mark), Some(key)) = (&ns.mark, self.namespace_key(id)?) else {
+                return Ok(());
+            };
+            match self.resolve_mark(&key, &etag, mark).await? {
+                super::intents::MarkState::Void => return Ok(()),
+                super::intents::MarkState::Moved => {}
+                super::intents::MarkState::Live => {
+                    if !patience.wait().await {
+                        return Err(Error::conflict(format!(
+                            "namespace '{}' is being dropped; retry",
+                            self.show(id)
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    pub async fn create_namespace(
+        &self,
+        id: &[String],
+        mode: CreateMode,
+        properties: Properties,
+    ) -> Result<Properties> {
+        if id.is_empty() {
+            return Err(Error::invalid(
+                "the root namespace always exists and cannot be created",
+            ));
+        }
+        let slot = self.slot(id)?;
+        for _attempt in 0..8 {
+            if let Some(found) = self.namespace_found(id, mode, &properties).await? {
+                return found;
+            }
+            let record = NamespaceRecord {
+                format_version: FORMAT_VERSION,
+                id: id.to_vec(),
+                uid: new_uid(),
+                created_at_ms: now_ms(),
+                properties: properties.clone(),
+                created_by: Some(self.node.clone()),
+                mark: None,
+            };
+            match &slot {
+                Slot::Root => unreachable!("refused above"),
+                // A level-1 namespace in endpoint mode is a bucket holding a catalog: its
+                // parent is the endpoint itself, which always exists, so it is one write.
+                Slot::Cell(_) => {
+                    self.store.ensure_bucket(&id[0]).await.map_err(|e| {
+                        Error::unavailable(format!("could not create bucket '{}'", id[0]))
+                            .with_detail(e.to_string())
+                    })?;
+                    match self.write_namespace(&record, Condition::IfAbsent).await {
+                        Ok(_) => return Ok(properties),
+                        Err(StoreError::PreconditionFailed) => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Slot::Plain(key) => {
+                    let (name, parent) = id.split_last().expect("non-empty");
+                    let pending_key =
+                        Layout::pending_namespace_key(&self.layout.place(parent)?, name);
+                    let etag = match self
+                        .write(&pending_key, encode(&record), Condition::IfAbsent)
+                        .await
+                    {
+                        Ok(etag) => etag,
+                        Err(StoreError::PreconditionFailed) => {
+                            match self.await_rival(&pending_key, key).await? {
+                                Rival::Gone | Rival::Committed => continue,
+                                Rival::Busy => return Err(self.busy("namespace", id)),
+                            }
+                        }
+                        Err(StoreError::NoSuchBucket(_)) => {
+                            return Err(Error::namespace_not_found(&self.show(parent)));
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    let checked = async {
+                        let (open, taken) =
+                            tokio::join!(self.ensure_open_namespace(parent), self.store.get(key));
+                        open?;
+                        Ok::<_, Error>(taken?.is_some())
+                    }
+                    .await;
+                    let taken = match checked {
+                        Ok(taken) => taken,
+                        Err(e) => {
+                            self.abandon_staged(&pending_key, &etag, None).await;
+                            return Err(e);
+                        }
+                    };
+                    if taken {
+                        self.abandon_staged(&pending_key, &etag, None).await;
+                        continue;
+                    }
+                    let kind = IntentKind::CreateNamespace {
+                        record: record.clone(),
+                    };
+                    match self
+                        .commit_create(
+                            &pending_key,
+                            &etag,
+                            key,
+                            &record.uid,
+                            record.created_at_ms,
+                            kind,
+                        )
+                        .await?
+                    {
+                        Commit::Done => return Ok(properties),
+                        Commit::Taken => {
+                            self.abandon_staged(&pending_key, &etag, None).await;
+                            continue;
+                        }
+                        Commit::Lost => return Err(self.busy("namespace", id)),
+                    }
+                }
+            }
+        }
+        Err(self.busy("namespace", id))
+    }
+
+    /// CreateNamespace when `id` may exist: the answer by mode if it does, `None` if not.
+    async fn namespace_found(
+        &self,
+        id: &[String],
+        mode: CreateMode,
+        properties: &Properties,
+    ) -> Result<Option<Result<Properties>>> {
+        let existing = match self.read_namespace(id).await? {
+            Some(found) => Some(found),
+            None => self
+                .arriving_namespace(id)
+                .await?
+                .map(|ns| (ns, String::new())),
+        };
+        let Some((existing, etag)) = existing else {
+            return Ok(None);
+        };
+        Ok(Some(match mode {
+            CreateMode::Create => Err(Error::namespace_exists(&self.show(id))),
+            CreateMode::ExistOk => Ok(existing.properties),
+            CreateMode::Overwrite if etag.is_empty() => Err(self.busy("namespace", id)),
+            CreateMode::Overwrite => {
+                self.overwrite_namespace(existing, etag, properties.clone())
+                    .await
+            }
+        }))
+    }
+
+    /// Overwrite mode: replace the properties of an existing namespace, which must be empty
+    /// (overwriting never drops tables).
+    async fn overwrite_namespace(
+        &self,
+        existing: NamespaceRecord,
+        etag: String,
+        properties: Properties,
+    ) -> Result<Properties> {
+        if let (Some(mark), Some(key)) = (&existing.mark, self.namespace_key(&existing.id)?)
+            && self.resolve_mark(&key, &etag, mark).await? != super::intents::MarkState::Void
+        {
+            return Err(self.busy("namespace", &existing.id));
+        }
+        if let Some(child) = self.first_child(&existing.id, &mut self.patience()).await? {
+            return Err(self.not_empty(&existing.id, &child));
+        }
+        let record = NamespaceRecord {
+            properties: properties.clone(),
+            created_at_ms: now_ms(),
+            mark: None,
+            ..existing
+        };
+        self.write_namespace(&record, Condition::IfMatch(etag))
+            .await?;
+        Ok(properties)
+    }
+
+    /// Commits a staged create (a table's or a namespace's record at `pending_key`, at
+    /// `etag`) under `final_key`. A store that moves objects publishes the staged record in
+    /// one conditional step; on the others the staged entry is rewritten as a committed
+    /// intent (the decision) and the record then published from it.
+    pub(crate) async fn commit_create(
+        &self,
+        pending_key: &str,
+        etag: &str,
+        final_key: &str,
+        uid: &str,
+        started_at_ms: u64,
+        kind: IntentKind,
+    ) -> Result<Commit> {
+        if self.store.atomic_publish() {
+            return match self.store.publish(pending_key, etag, final_key).await {
+                Ok(_) => Ok(Commit::Done),
+                Err(StoreError::PreconditionFailed) => Ok(Commit::Taken),
+                Err(StoreError::StagedChanged) => Ok(Commit::Lost),
+                Err(e) => {
+                    let landed = self
+                        .read::<serde_json::Value>(final_key)
+                        .await?
+                        .is_some_and(|(v, _)| v.get("uid").and_then(|u| u.as_str()) == Some(uid));
+                    if landed {
+                        Ok(Commit::Done)
+                    } else {
+                        Err(e.into())
+                    }
+                }
+            };
+        }
+        let mut intent = Intent::new(uid.to_string(), self.node.clone(), kind);
+        intent.started_at_ms = started_at_ms;
+        intent.state = IntentState::Committed;
+        match self
+            .write(
+                pending_key,
+                encode(&intent),
+                Condition::IfMatch(etag.to_string()),
+            )
+            .await
+        {
+            Ok(committed_etag) => {
+                if self.owner_in_time(started_at_ms)
+                    && let Err(e) = self
+                        .roll_forward(pending_key, &intent, &committed_etag)
+                        .await
+                {
+                    // Committed all the same: readers see it through the intent, and
+                    // recovery publishes it.
+                    tracing::warn!(pending_key, error = %e, "a committed create could not be published yet");
+                }
+                Ok(Commit::Done)
+            }
+            Err(StoreError::PreconditionFailed) => Ok(Commit::Lost),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The owner gives up a staged create that has not committed: its claim (if any) goes
+    /// first, then the staged entry. (Only the owner commits, so nothing can commit it in
+    /// between; a settler finding it abandoned releases the same claim by the same uid.)
+    pub(crate) async fn abandon_staged(
+        &self,
+        pending_key: &str,
+        etag: &str,
+        claim: Option<(&str, &str, &str)>,
+    ) {
+        if let Some((cell, data_key, uid)) = claim {
+            self.release_or_log(cell, data_key, uid).await;
+        }
+        if let Err(e) = self.remove(pending_key, etag).await {
+            tracing::warn!(pending_key, error = %e, "could not remove a staged create; recovery will");
+        }
+    }
+
+    fn not_empty(&self, id: &[String], child: &Child) -> Error {
+        let what = match child {
+            Child::Table(t) => {
+                format!("it holds table '{}'", t.last().cloned().unwrap_or_default())
+            }
+            Child::Namespace(n) => format!(
+                "it holds namespace '{}'",
+                n.last().cloned().unwrap_or_default()
+            ),
+            Child::Arriving(c) => format!(
+                "'{}' is being created in it",
+                c.last().cloned().unwrap_or_default()
+            ),
+        };
+        Error::namespace_not_empty(&self.show(id), &what)
+    }
+
+    /// The first thing under namespace `id`, if any. Entries at its pending keys are looked
+    /// at first and records after: a create publishes its record before it removes its
+    /// entry, so whatever this misses of a create in flight (its entry already gone) the
+    /// record listings still see. An abandoned entry is settled; a live one that has not
+    /// committed is waited for (it may yet fail, so it is no child), and fails the call
+    /// with ConcurrentModification when `patience` runs out.
+    pub(crate) async fn first_child(
+        &self,
+        id: &[String],
+        patience: &mut Patience,
+    ) -> Result<Option<Child>> {
+        if self.layout.endpoint_mode() && id.is_empty() {
+            return Ok(None);
+        }
+        let placed = self.layout.place(id)?;
+        let pending = self
+            .store
+            .list(&Layout::pending_prefix(&placed), None, super::PAGE, true)
+            .await?;
+        for key in pending.keys {
+            loop {
+                let Some((entry, etag)) = self.read_entry(&key).await? else {
+                    break;
+                };
+                if self.settleable(entry.owner(), entry.started_at_ms()) || entry.is_aborted() {
+                    self.settle(&key, entry, &etag).await?;
+                    continue;
+                }
+                match &entry {
+                    Entry::Intent(Intent {
+                        state: IntentState::Committed,
+                        kind,
+                        op_id,
+                        ..
+                    }) => {
+                        let child = match kind {
+                            IntentKind::CreateTable { record } => record.id.clone(),
+                            IntentKind::RenameTable { from, record } => {
+                                // The rename counts here once its source is gone: take that
+                                // deciding step, safe for anyone once committed.
+                                self.delete_marked_table(from, op_id).await?;
+                                record.id.clone()
+                            }
+                            IntentKind::CreateNamespace { record } => record.id.clone(),
+                            _ => break,
+                        };
+                        return Ok(Some(Child::Arriving(child)));
+                    }
+                    _ => {
+                        if !patience.wait().await {
+                            return Err(Error::conflict(format!(
+                                "namespace '{}': a table or namespace is being created in it; retry",
+                                self.show(id)
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        let (tables_prefix, namespaces_prefix) = (
+            Layout::tables_prefix(&placed),
+            Layout::namespaces_prefix(&placed),
+        );
+        let (tables, children) = tokio::join!(
+            self.store.list(&tables_prefix, None, 1, true),
+            self.store.list(&namespaces_prefix, None, 1, true)
+        );
+        if let Some(name) = tables?
+            .keys
+            .first()
+            .and_then(|k| Layout::name_of(k, ".json"))
+        {
+            let mut t = id.to_vec();
+            t.push(name);
+            return Ok(Some(Child::Table(t)));
+        }
+        if let Some(name) = children?
+            .keys
+            .first()
+            .and_then(|k| Layout::name_of(k, ".json"))
+        {
+            let mut n = id.to_vec();
+            n.push(name);
+            return Ok(Some(Child::Namespace(n)));
+        }
+        Ok(None)
+    }
+
+    pub async fn drop_namespace(
+        &self,
+        id: &[String],
+        mode: DropMode,
+        behavior: DropBehavior,
+    ) -> Result<()> {
+        if id.is_empty() {
+            return Err(Error::invalid("the root namespace cannot be dropped"));
+        }
+        let shown = self.show(id);
+        let key = self
+            .namespace_key(id)?
+            .ok_or_else(|| Error::invalid("the root namespace cannot be dropped"))?;
+        let cell = match self.slot(id)? {
+            Slot::Cell(_) => format!("{}/", id[0]),
+            _ => self.layout.place(id)?.cell,
+        };
+        let mut patience = self.patience();
+        for _attempt in 0..20 {
+            let Some((record, etag)) = self.read_namespace(id).await? else {
+                if self.arriving_namespace(id).await?.is_some() {
+                    // Committed and about to be published: it exists, so wait for it.
+                    if !patience.wait().await {
+                        return Err(self.busy("namespace", id));
+                    }
+                    continue;
+                }
+                return match mode {
+                    DropMode::Skip => Ok(()),
+                    DropMode::Fail => Err(Error::namespace_not_found(&shown)),
+                };
+            };
+            if let Some(mark) = &record.mark {
+                match self.resolve_mark(&key, &etag, mark).await? {
+                    super::intents::MarkState::Void => {}
+                    super::intents::MarkState::Moved => continue,
+                    super::intents::MarkState::Live => {
+                        if !patience.wait().await {
+                            return Err(Error::conflict(format!(
+                                "namespace '{shown}' is already being dropped; retry"
+                            )));
+                        }
+                        continue;
+                    }
+                }
+            }
+            // 1. The intent, so the mark can always be found and rolled back.
+            let op_id = new_uid();
+            let intent_key = Layout::drop_key(&cell, &op_id);
+            let intent = Intent::new(
+                op_id.clone(),
+                self.node.clone(),
+                IntentKind::DropNamespace { id: id.to_vec() },
+            );
+            let intent_etag = self
+                .write(&intent_key, encode(&intent), Condition::IfAbsent)
+                .await?;
+            // 2. The mark: from here on no create under it can commit.
+            let marked = NamespaceRecord {
+                mark: Some(Mark {
+                    op_id: op_id.clone(),
+                    intent: intent_key.clone(),
+                }),
+                ..record.clone()
+            };
+            let mark_etag = match self
+                .write_namespace(&marked, Condition::IfMatch(etag))
+                .await
+            {
+                Ok(e) => e,
+                Err(e) => {
+                    let _ = self.remove(&intent_key, &intent_etag).await;
+                    match e {
+                        StoreError::PreconditionFailed => continue,
+                        other => return Err(other.into()),
+                    }
+                }
+            };
+            // 3. Check (or, with Cascade, empty) its contents.
+            let emptied = match behavior {
+                DropBehavior::Restrict => match self.first_child(id, &mut self.patience()).await {
+                    Ok(None) => Ok(()),
+                    Ok(Some(child)) => Err(self.not_empty(id, &child)),
+                    Err(e) => Err(e),
+                },
+                DropBehavior::Cascade => Box::pin(self.drop_children(id)).await,
+            };
+            if let Err(e) = emptied {
+                let _ = self
+                    .write_namespace(&record, Condition::IfMatch(mark_etag))
+                    .await;
+                let _ = self.remove(&intent_key, &intent_etag).await;
+                return Err(e);
+            }
+            // 4. Delete, only if the mark is still ours (a settler may have rolled it back).
+            if !self.remove(&key, &mark_etag).await? {
+                let _ = self.remove(&intent_key, &intent_etag).await;
+                return Err(Error::conflict(format!(
+                    "namespace '{shown}' changed while it was being dropped; retry"
+                )));
+            }
+            if let Err(e) = self.remove(&intent_key, &intent_etag).await {
+                tracing::warn!(intent_key, error = %e, "could not remove a finished drop's intent; recovery will");
+            }
+            if let Slot::Cell(_) = self.slot(id)? {
+                self.retire_bucket(&id[0]).await;
+            }
+            return Ok(());
+        }
+        Err(Error::conflict(format!(
+            "namespace '{shown}' kept changing; retry the drop"
+        )))
+    }
+
+    /// After the level-1 namespace of a bucket is dropped: settle its catalog folder and
+    /// delete the bucket if nothing else is in it. A bucket that holds objects stays.
+    async fn retire_bucket(&self, bucket: &str) {
+        let cell = format!("{bucket}/");
+        if let Err(e) = recovery::settle_cell(self, &cell, true).await {
+            tracing::warn!(bucket, error = %e, "could not settle the catalog of a dropped bucket namespace");
+            return;
+        }
+        match self.store.remove_bucket_if_empty(bucket).await {
+            Ok(true) => tracing::info!(bucket, "deleted the empty bucket of a dropped namespace"),
+            Ok(false) => tracing::info!(
+                bucket,
+                "kept the bucket of a dropped namespace: it still holds objects"
+            ),
+            Err(e) => {
+                tracing::warn!(bucket, error = %e, "could not delete the bucket of a dropped namespace")
+            }
+        }
+    }
+
+    /// Cascade: drops every table (data included) and child namespace under `id`, which is
+    /// marked, so nothing new can commit under it meanwhile.
+    async fn drop_children(&self, id: &[String]) -> Result<()> {
+        let mut patience = self.patience();
+        loop {
+            match self.first_child(id, &mut self.patience()).await? {
+                None => return Ok(()),
+                Some(Child::Table(table)) => match self.remove_table(&table, true).await {
+                    Ok(_) => {}
+                    Err(e) if e.code == crate::error::Code::TableNotFound => {}
+                    Err(e) => return Err(e),
+                },
+                Some(Child::Namespace(child)) => {
+                    self.drop_namespace(&child, DropMode::Skip, DropBehavior::Cascade)
+                        .await?
+                }
+                Some(Child::Arriving(_)) => {
+                    // Committed, not published yet: its owner publishes it in a moment.
+                    if !patience.wait().await {
+                        return Err(Error::conflict(format!(
+                            "namespace '{}': a table or namespace is still being created in it; retry",
+                            self.show(id)
+                        )));
+                    }
+                }
+            }
+        }
+    }
+}

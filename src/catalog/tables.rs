@@ -1,0 +1,601 @@
+//! Tables: declare and register (creates), describe and exists, drop and deregister
+//! (removals), and rename.
+//!
+//! - A create reserves the name with its staged record at the name's pending key, checks
+//!   the namespace, claims the data folder and checks the name is free (side by side), then
+//!   commits (`commit_create`).
+//! - A removal writes its intent under `drops/`, marks the record, commits the intent, then
+//!   deletes the record (its linearization point) and, once committed, the data (for a
+//!   drop) and the folder claim.
+//! - A rename reserves the new name with its intent, marks the source and checks the target
+//!   namespace and name (side by side), commits the intent, deletes the source (its
+//!   linearization point) and publishes the record under its new name.
+
+use super::claims::Claim;
+use super::intents::{MarkState, Rival};
+use super::layout::Layout;
+use super::namespaces::Commit;
+use super::records::*;
+use super::{Catalog, DatasetDetails};
+use crate::error::{Error, Result};
+use crate::store::{Condition, StoreError};
+
+impl Catalog {
+    async fn read_table(&self, id: &[String]) -> Result<Option<(TableRecord, String)>> {
+        let key = self.table_key(id)?;
+        self.read::<TableRecord>(&key).await
+    }
+
+    /// The error for a table that is not there: NamespaceNotFound when its namespace is
+    /// missing too, TableNotFound otherwise.
+    async fn table_missing(&self, id: &[String]) -> Error {
+        let parent = &id[..id.len() - 1];
+        match self.find_namespace(parent).await {
+            Ok(None) => Error::namespace_not_found(&self.show(parent)),
+            _ => Error::table_not_found(&self.show(id)),
+        }
+    }
+
+    /// One store read when the table is there; when it is not, its pending entry and its
+    /// namespace are read side by side.
+    pub async fn describe_table(&self, id: &[String]) -> Result<TableRecord> {
+        if let Some((mut table, _)) = self.read_table(id).await? {
+            table.mark = None;
+            return Ok(table);
+        }
+        let (parent, _) = self.split_table(id)?;
+        let (arriving, namespace) =
+            tokio::join!(self.arriving_table(id), self.find_namespace(parent));
+        if let Some(table) = arriving? {
+            return Ok(table);
+        }
+        match namespace? {
+            None => Err(Error::namespace_not_found(&self.show(parent))),
+            Some(_) => Err(Error::table_not_found(&self.show(id))),
+        }
+    }
+
+    pub async fn table_exists(&self, id: &[String]) -> Result<()> {
+        self.describe_table(id).await.map(|_| ())
+    }
+
+    /// Whether the table's data folder holds a Lance dataset yet (a committed version).
+    pub async fn has_data(&self, record: &TableRecord) -> Result<bool> {
+        let page = self
+            .store
+            .list(&format!("{}/_versions/", record.data_key), None, 1, true)
+            .await?;
+        Ok(!page.keys.is_empty())
+    }
+
+    pub async fn dataset_details(&self, record: &TableRecord) -> Result<DatasetDetails> {
+        self.datasets.describe(&record.location).await
+    }
+
+    /// DeclareTable: reserve the name and a data folder; no data is written.
+    pub async fn declare_table(
+        &self,
+        id: &[String],
+        location: Option<&str>,
+        properties: Properties,
+    ) -> Result<TableRecord> {
+        self.create_table(id, location, properties, "declare").await
+    }
+
+    /// RegisterTable: adopt an existing Lance dataset at `location`. With `overwrite`, an
+    /// existing table of that name is deregistered first (two steps, each atomic). The
+    /// dataset is looked for once the folder is claimed (see `create_table`), so a name that
+    /// is taken is reported as such whatever the folder holds.
+    pub async fn register_table(
+        &self,
+        id: &[String],
+        location: &str,
+        overwrite: bool,
+        properties: Properties,
+    ) -> Result<TableRecord> {
+        let (parent, _) = self.split_table(id)?;
+        let placed = self.layout.place(parent)?;
+        let data_key = self.layout.data_key_of(location, &placed.cell)?;
+        let probe = TableRecord {
+            format_version: FORMAT_VERSION,
+            id: id.to_vec(),
+            uid: String::new(),
+            location: self.layout.uri_of(&data_key),
+            data_key,
+            created_at_ms: 0,
+            properties: Properties::new(),
+            origin: String::new(),
+            created_by: None,
+            mark: None,
+        };
+        if overwrite && let Some((existing, etag)) = self.read_for_update(id).await? {
+            if existing.data_key == probe.data_key {
+                if !self.has_data(&probe).await? {
+                    return Err(Error::invalid(format!(
+                        "location '{location}' holds no Lance dataset (no _versions/ manifest)"
+                    )));
+                }
+                let updated = TableRecord {
+                    properties,
+                    mark: None,
+                    ..existing
+                };
+                self.write(
+                    &self.table_key(id)?,
+                    encode(&updated),
+                    Condition::IfMatch(etag),
+                )
+                .await?;
+                return Ok(updated);
+            }
+            self.remove_table(id, false).await?;
+        }
+        self.create_table(id, Some(location), properties, "register")
+            .await
+    }
+
+    /// Creates table `id` (declare or register).
+    async fn create_table(
+        &self,
+        id: &[String],
+        location: Option<&str>,
+        properties: Properties,
+        origin: &str,
+    ) -> Result<TableRecord> {
+        let (parent, name) = self.split_table(id)?;
+        let placed = self.layout.place(parent)?;
+        let final_key = Layout::table_key(&placed, name);
+        let pending_key = Layout::pending_table_key(&placed, name);
+        let cell = placed.cell.clone();
+        let chosen = match location {
+            Some(loc) => Some(self.layout.data_key_of(loc, &cell)?),
+            None => None,
+        };
+        let mut patience = self.patience();
+        for _attempt in 0..64 {
+            let uid = new_uid();
+            let data_key = chosen
+                .clone()
+                .unwrap_or_else(|| Layout::default_data_key(&placed, name, ""));
+            let mut record = TableRecord {
+                format_version: FORMAT_VERSION,
+                id: id.to_vec(),
+                uid: uid.clone(),
+                location: self.layout.uri_of(&data_key),
+                data_key,
+                created_at_ms: now_ms(),
+                properties: properties.clone(),
+                origin: origin.to_string(),
+                created_by: Some(self.node.clone()),
+                mark: None,
+            };
+            // 1. Reserve the name: racing creates, namespace drops and recovery see it now.
+            let mut etag = match self
+                .write(&pending_key, encode(&record), Condition::IfAbsent)
+                .await
+            {
+                Ok(etag) => etag,
+                Err(StoreError::PreconditionFailed) => {
+                    match self.await_rival(&pending_key, &final_key).await? {
+                        Rival::Gone => continue,
+                        Rival::Committed => return Err(Error::table_exists(&self.show(id))),
+                        Rival::Busy => return Err(self.busy("table", id)),
+                    }
+                }
+                Err(StoreError::NoSuchBucket(_)) => {
+                    return Err(Error::namespace_not_found(&self.show(parent)));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            // 2. The namespace is open, the folder is ours, the name is free: side by side.
+            let (open, claim, taken) = tokio::join!(
+                self.ensure_open_namespace(parent),
+                self.claim_location(&cell, &record.data_key, &uid, id),
+                self.store.get(&final_key)
+            );
+            let mut claimed = matches!(claim, Ok(Claim::Claimed));
+            let mut holder_in_flight = false;
+            let checked = async {
+                open?;
+                if taken?.is_some() {
+                    return Err(Error::table_exists(&self.show(id)));
+                }
+                let refused = match claim? {
+                    Claim::Claimed => None,
+                    Claim::Taken(_) if location.is_none() => {
+                        // The server's plain choice is held, say by a renamed table that kept
+                        // its folder: take a unique one, restaging the record first so a
+                        // settler knows which claim to release.
+                        record.data_key =
+                            Layout::default_data_key(&placed, name, &format!("-{}", &uid[..8]));
+                        record.location = self.layout.uri_of(&record.data_key);
+                        etag = self
+                            .write(
+                                &pending_key,
+                                encode(&record),
+                                Condition::IfMatch(etag.clone()),
+                            )
+                            .await?;
+                        match self
+                            .claim_location(&cell, &record.data_key, &uid, id)
+                            .await?
+                        {
+                            Claim::Claimed => {
+                                claimed = true;
+                                None
+                            }
+                            refused => Some(refused),
+                        }
+                    }
+                    refused => Some(refused),
+                };
+                if let Some(refused) = refused {
+                    // Refused by a create still in flight: it may yet fail, so the folder is
+                    // not known to be taken. Wait and try again rather than say it is.
+                    holder_in_flight = self.claim_in_flight(&refused).await?;
+                    return Err(self.claim_error(&record.data_key, refused));
+                }
+                // Once the folder is claimed no drop can delete its data, so a dataset seen
+                // now stays there.
+                if origin == "register" && !self.has_data(&record).await? {
+                    return Err(Error::invalid(format!(
+                        "location '{}' holds no Lance dataset (no _versions/ manifest)",
+                        record.location
+                    )));
+                }
+                Ok(())
+            }
+            .await;
+            let claim_of = |r: &TableRecord| (cell.clone(), r.data_key.clone(), uid.clone());
+            if let Err(e) = checked {
+                let c = claim_of(&record);
+                self.abandon_staged(
+                    &pending_key,
+                    &etag,
+                    claimed.then_some((c.0.as_str(), c.1.as_str(), c.2.as_str())),
+                )
+                .await;
+                if holder_in_flight {
+                    if patience.wait().await {
+                        continue;
+                    }
+                    return Err(self.busy("table", id));
+                }
+                return Err(e);
+            }
+            // 3. Commit.
+            let kind = IntentKind::CreateTable {
+                record: record.clone(),
+            };
+            let c = claim_of(&record);
+            return match self
+                .commit_create(
+                    &pending_key,
+                    &etag,
+                    &final_key,
+                    &uid,
+                    record.created_at_ms,
+                    kind,
+                )
+                .await
+            {
+                Ok(Commit::Done) => Ok(record),
+                Ok(Commit::Taken) => {
+                    self.abandon_staged(&pending_key, &etag, Some((&c.0, &c.1, &c.2)))
+                        .await;
+                    Err(Error::table_exists(&self.show(id)))
+                }
+                Ok(Commit::Lost) => {
+                    // Settled by someone who took it for abandoned: it did not happen.
+                    self.release_or_log(&c.0, &c.1, &c.2).await;
+                    Err(self.busy("table", id))
+                }
+                Err(e) => {
+                    // Unknown: if the staged record is still ours it did not commit.
+                    if let Ok(true) = self.remove(&pending_key, &etag).await {
+                        self.release_or_log(&c.0, &c.1, &c.2).await;
+                    }
+                    Err(e)
+                }
+            };
+        }
+        Err(self.busy("table", id))
+    }
+
+    /// The record of table `id` ready to be changed: unmarked, or marked by an operation
+    /// that is gone. Waits a little for a live operation on it; takes the deciding step of
+    /// a committed one (after which the table is gone). `None` when there is no such table.
+    pub(crate) async fn read_for_update(
+        &self,
+        id: &[String],
+    ) -> Result<Option<(TableRecord, String)>> {
+        let key = self.table_key(id)?;
+        let mut patience = self.patience();
+        loop {
+            let Some((table, etag)) = self.read::<TableRecord>(&key).await? else {
+                if self.arriving_table(id).await?.is_some() {
+                    // Committed, about to be published: it exists, so wait for it.
+                    if !patience.wait().await {
+                        return Err(self.busy("table", id));
+                    }
+                    continue;
+                }
+                return Ok(None);
+            };
+            let Some(mark) = &table.mark else {
+                return Ok(Some((table, etag)));
+            };
+            match self.resolve_mark(&key, &etag, mark).await? {
+                MarkState::Void => return Ok(Some((table, etag))),
+                MarkState::Moved => {}
+                MarkState::Live => {
+                    if !patience.wait().await {
+                        return Err(self.busy("table", id));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes the entry at `id`'s pending key if it is how table `uid` got there (its
+    /// create's staged record left beside it, or its committed create or rename done but not
+    /// yet removed). It must go before the table leaves `id`: an entry that committed is
+    /// rolled forward by whoever finds it, which would publish the table again.
+    async fn clear_arrival(&self, id: &[String], uid: &str) -> Result<()> {
+        let key = self.table_pending_key(id)?;
+        let mut patience = self.patience();
+        loop {
+            let Some((entry, etag)) = self.read_entry(&key).await? else {
+                return Ok(());
+            };
+            let ours = match &entry {
+                Entry::StagedTable(t) => t.uid == uid,
+                Entry::Intent(intent) => {
+                    let record = entry.committed_table();
+                    if record.is_some_and(|r| r.uid == uid)
+                        && let Some(s) = &intent.settler
+                        && s.node != self.node
+                        && !self.stale(s.since_ms)
+                    {
+                        // Another gateway is finishing it: let it.
+                        if !patience.wait().await {
+                            return Err(self.busy("table", id));
+                        }
+                        continue;
+                    }
+                    record.is_some_and(|r| r.uid == uid)
+                }
+                Entry::LegacyPending(p) => p.uid == uid,
+                Entry::StagedNamespace(_) | Entry::LegacyDrop(_) => false,
+            };
+            if !ours || self.remove(&key, &etag).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// DropTable (`delete_data`) and DeregisterTable.
+    pub async fn drop_table(&self, id: &[String], delete_data: bool) -> Result<TableRecord> {
+        self.remove_table(id, delete_data).await
+    }
+
+    pub(crate) async fn remove_table(
+        &self,
+        id: &[String],
+        delete_data: bool,
+    ) -> Result<TableRecord> {
+        let key = self.table_key(id)?;
+        let cell = self.cell_of(id)?;
+        for _attempt in 0..8 {
+            let Some((record, etag)) = self.read_for_update(id).await? else {
+                return Err(self.table_missing(id).await);
+            };
+            let record = TableRecord {
+                mark: None,
+                ..record
+            };
+            self.clear_arrival(id, &record.uid).await?;
+            // 1. The intent, so the mark can always be traced.
+            let op_id = new_uid();
+            let intent_key = Layout::drop_key(&cell, &op_id);
+            let mut intent = Intent::new(
+                op_id.clone(),
+                self.node.clone(),
+                IntentKind::DropTable {
+                    record: record.clone(),
+                    delete_data,
+                },
+            );
+            let intent_etag = self
+                .write(&intent_key, encode(&intent), Condition::IfAbsent)
+                .await?;
+            // 2. The mark: no other change to the table proceeds from here on.
+            let marked = TableRecord {
+                mark: Some(Mark {
+                    op_id,
+                    intent: intent_key.clone(),
+                }),
+                ..record.clone()
+            };
+            let mark_etag = match self
+                .write(&key, encode(&marked), Condition::IfMatch(etag))
+                .await
+            {
+                Ok(e) => e,
+                Err(e) => {
+                    let _ = self.remove(&intent_key, &intent_etag).await;
+                    match e {
+                        StoreError::PreconditionFailed => continue,
+                        other => return Err(other.into()),
+                    }
+                }
+            };
+            // 3. Commit.
+            intent.state = IntentState::Committed;
+            let committed_etag = match self
+                .write(
+                    &intent_key,
+                    encode(&intent),
+                    Condition::IfMatch(intent_etag.clone()),
+                )
+                .await
+            {
+                Ok(e) => e,
+                Err(e) => {
+                    if let Ok(true) = self.remove(&intent_key, &intent_etag).await {
+                        let _ = self.unmark_table(id, &intent.op_id).await;
+                    }
+                    return Err(match e {
+                        StoreError::PreconditionFailed => self.busy("table", id),
+                        other => other.into(),
+                    });
+                }
+            };
+            // 4. The linearization point: the record goes (unless a helper took this step).
+            self.remove(&key, &mark_etag).await?;
+            // 5. The rest: data, claim, intent.
+            if self.owner_in_time(intent.started_at_ms)
+                && let Err(e) = self
+                    .roll_forward(&intent_key, &intent, &committed_etag)
+                    .await
+            {
+                tracing::warn!(table = %self.show(id), error = %e, "drop cleanup incomplete; recovery will finish it");
+            }
+            return Ok(record);
+        }
+        Err(self.busy("table", id))
+    }
+
+    /// RenameTable: move the entry to a new id; the data stays where it is.
+    pub async fn rename_table(&self, id: &[String], new_id: &[String]) -> Result<()> {
+        let (new_parent, _) = self.split_table(new_id)?;
+        if self.cell_of(id)? != self.cell_of(new_id)? {
+            return Err(Error::invalid(
+                "a table cannot be renamed into another bucket",
+            ));
+        }
+        if id == new_id {
+            return Err(Error::invalid("the new id is the table's current id"));
+        }
+        let key = self.table_key(id)?;
+        let final_key = self.table_key(new_id)?;
+        let pending_key = self.table_pending_key(new_id)?;
+        let shown_new = self.show(new_id);
+        for _attempt in 0..8 {
+            let Some((record, etag)) = self.read_for_update(id).await? else {
+                return Err(self.table_missing(id).await);
+            };
+            self.clear_arrival(id, &record.uid).await?;
+            let op_id = new_uid();
+            let moved = TableRecord {
+                id: new_id.to_vec(),
+                mark: None,
+                ..record.clone()
+            };
+            let mut intent = Intent::new(
+                op_id.clone(),
+                self.node.clone(),
+                IntentKind::RenameTable {
+                    from: id.to_vec(),
+                    record: moved,
+                },
+            );
+            // 1. Reserve the new name with the intent.
+            let intent_etag = match self
+                .write(&pending_key, encode(&intent), Condition::IfAbsent)
+                .await
+            {
+                Ok(e) => e,
+                Err(StoreError::PreconditionFailed) => {
+                    match self.await_rival(&pending_key, &final_key).await? {
+                        Rival::Gone => continue,
+                        Rival::Committed => {
+                            // "The new name is taken" is only the answer while the table is
+                            // still there (a rival may have just renamed it away): look again.
+                            match self.store.get(&key).await? {
+                                Some(obj) if obj.etag == etag => {
+                                    return Err(Error::table_exists(&shown_new));
+                                }
+                                _ => continue,
+                            }
+                        }
+                        Rival::Busy => return Err(self.busy("table", new_id)),
+                    }
+                }
+                Err(StoreError::NoSuchBucket(_)) => {
+                    return Err(Error::namespace_not_found(&self.show(new_parent)));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            // 2. Mark the source; check the target namespace and name; side by side.
+            let marked = TableRecord {
+                mark: Some(Mark {
+                    op_id: op_id.clone(),
+                    intent: pending_key.clone(),
+                }),
+                ..record.clone()
+            };
+            let (mark, open, taken) = tokio::join!(
+                self.write(&key, encode(&marked), Condition::IfMatch(etag)),
+                self.ensure_open_namespace(new_parent),
+                self.store.get(&final_key)
+            );
+            let checked = match (&mark, open, taken) {
+                (Err(StoreError::PreconditionFailed), _, _) => Err(None),
+                (Err(e), _, _) => Err(Some(
+                    Error::unavailable("the warehouse store failed").with_detail(e.to_string()),
+                )),
+                (_, Err(e), _) => Err(Some(e)),
+                (_, _, Err(e)) => Err(Some(e.into())),
+                (_, _, Ok(Some(_))) => Err(Some(Error::table_exists(&shown_new))),
+                (Ok(_), Ok(()), Ok(None)) => Ok(()),
+            };
+            if let Err(failure) = checked {
+                let _ = self.remove(&pending_key, &intent_etag).await;
+                if let Ok(mark_etag) = &mark {
+                    let _ = self
+                        .write(&key, encode(&record), Condition::IfMatch(mark_etag.clone()))
+                        .await;
+                }
+                match failure {
+                    None => continue,
+                    Some(e) => return Err(e),
+                }
+            }
+            let mark_etag = mark.map_err(Error::from)?;
+            // 3. Commit.
+            intent.state = IntentState::Committed;
+            let committed_etag = match self
+                .write(
+                    &pending_key,
+                    encode(&intent),
+                    Condition::IfMatch(intent_etag.clone()),
+                )
+                .await
+            {
+                Ok(e) => e,
+                Err(e) => {
+                    if let Ok(true) = self.remove(&pending_key, &intent_etag).await {
+                        let _ = self.unmark_table(id, &op_id).await;
+                    }
+                    return Err(match e {
+                        StoreError::PreconditionFailed => self.busy("table", id),
+                        other => other.into(),
+                    });
+                }
+            };
+            // 4. The linearization point: the source goes (unless a helper took this step).
+            self.remove(&key, &mark_etag).await?;
+            // 5. Publish under the new name.
+            if self.owner_in_time(intent.started_at_ms)
+                && let Err(e) = self
+                    .roll_forward(&pending_key, &intent, &committed_etag)
+                    .await
+            {
+                tracing::warn!(table = %shown_new, error = %e, "a committed rename could not be published yet; recovery will");
+            }
+            return Ok(());
+        }
+        Err(self.busy("table", id))
+    }
+}
