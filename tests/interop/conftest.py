@@ -47,10 +47,15 @@ class Gateway:
         return self.proc.returncode
 
 
-def start_gateway(args: list[str], env: dict | None = None) -> Gateway:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def start_gateway(args: list[str], env: dict | None = None, port: int | None = None) -> Gateway:
+    """Starts the built binary on `port` (a free one if not given) and waits until it is up."""
+    port = port or free_port()
     log = tempfile.NamedTemporaryFile(prefix="lance-gateway-", suffix=".log", delete=False).name
     full_env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"))
     full_env.update(env or {})

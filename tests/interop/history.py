@@ -1,0 +1,387 @@
+"""Random colliding workloads against several gateway processes over one warehouse,
+recorded as histories for the linearizability checker, optionally with a gateway killed
+(SIGKILL) and restarted at random moments.
+
+Each round uses fresh names: two namespaces, three table names in each, two folders holding
+a dataset for RegisterTable. Workers send random requests to random gateways; every request
+is recorded with its start, end and answer. After the workload the warehouse is left to
+settle (recovery runs every second with a two-second grace period), every gateway reads
+the final state, and the whole history, final reads included, must be linearizable.
+Then the warehouse itself is inspected: no intent is left, no two tables share or nest a
+folder, every folder claim belongs to a live table, and no temporary file is left.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+
+import pyarrow.fs as pafs
+
+from conftest import Gateway, free_port, start_gateway
+from linearizability import CONFLICT, Op, State, around, check
+
+# What every gateway of a history run is started with: recovery settles what a killed
+# gateway left two seconds after it was left, and sweeps every second.
+RECOVERY = ["--recovery-grace-secs", "2", "--recovery-interval-secs", "1"]
+REQUEST_TIMEOUT = 20.0
+
+
+class NotSent(Exception):
+    """The gateway was not reachable: the request never left."""
+
+
+class Lost(Exception):
+    """The connection failed after the request was sent: its outcome is unknown."""
+
+
+def enc(parts: list[str]) -> str:
+    return urllib.parse.quote("$".join(parts), safe="")
+
+
+def call(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT)
+    try:
+        try:
+            conn.connect()
+        except OSError as e:
+            raise NotSent() from e
+        try:
+            data = None if body is None else json.dumps(body)
+            conn.request(method, path, body=data, headers={"content-type": "application/json"})
+            resp = conn.getresponse()
+            text = resp.read().decode()
+        except (OSError, http.client.HTTPException) as e:
+            raise Lost() from e
+        return resp.status, (json.loads(text) if text.strip() else {})
+    finally:
+        conn.close()
+
+
+def request_of(kind: str, args: tuple) -> tuple[str, str, dict | None]:
+    """The HTTP request for an operation of the model."""
+    if kind == "create_ns":
+        return "POST", f"/v1/namespace/{enc([args[0]])}/create", {}
+    if kind == "drop_ns":
+        return "POST", f"/v1/namespace/{enc([args[0]])}/drop", {}
+    if kind == "describe_ns":
+        return "POST", f"/v1/namespace/{enc([args[0]])}/describe", {}
+    if kind == "list_tables" or kind == "list_ns":
+        ns, token, limit, _ = args
+        q = {}
+        if token:
+            q["page_token"] = token
+        if limit:
+            q["limit"] = str(limit)
+        where = enc([ns]) + "/table/list" if kind == "list_tables" else "%24/list"
+        return "GET", f"/v1/namespace/{where}?{urllib.parse.urlencode(q)}", None
+    table = enc([args[0], args[1]])
+    if kind == "register":
+        return "POST", f"/v1/table/{table}/register", {"location": args[2]}
+    if kind == "rename":
+        return "POST", f"/v1/table/{table}/rename", {"new_table_name": args[3], "new_namespace_id": [args[2]]}
+    return "POST", f"/v1/table/{table}/{kind}", {}
+
+
+class Cluster:
+    """N gateway processes over one warehouse, each on a port of its own that it keeps
+    across restarts (so it keeps its node id)."""
+
+    def __init__(self, args: list[str], env: dict, n: int):
+        self.args, self.env = args + RECOVERY, env
+        self.ports = [free_port() for _ in range(n)]
+        self.gateways: list[Gateway | None] = [start_gateway(self.args, env, port=p) for p in self.ports]
+        self.lock = threading.Lock()
+        self.kills = 0
+
+    def kill_and_restart(self, i: int, down: float):
+        with self.lock:
+            gw = self.gateways[i]
+            self.gateways[i] = None
+        gw.proc.kill()
+        gw.proc.wait()
+        self.kills += 1
+        time.sleep(down)
+        started = start_gateway(self.args, self.env, port=self.ports[i])
+        with self.lock:
+            self.gateways[i] = started
+
+    def stop(self):
+        codes = []
+        for gw in self.gateways:
+            if gw is not None:
+                codes.append(gw.stop())
+        return codes
+
+    def logs(self) -> str:
+        out = []
+        for gw in self.gateways:
+            if gw is not None:
+                out.append(f"--- {gw.log}\n" + open(gw.log).read()[-3000:])
+        return "\n".join(out)
+
+
+class Warehouse:
+    """Direct access to the warehouse's objects, for setting up folders and inspecting it."""
+
+    def __init__(self, fs: pafs.FileSystem, base: str, uri_base: str, local: bool):
+        self.fs, self.base, self.uri_base, self.local = fs, base.rstrip("/"), uri_base.rstrip("/"), local
+
+    def write(self, key: str, data: bytes):
+        path = f"{self.base}/{key}"
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with self.fs.open_output_stream(path) as f:
+            f.write(data)
+
+    def keys(self, prefix: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{prefix}", recursive=True, allow_not_found=True))
+        return sorted(i.path[len(self.base) + 1 :] for i in infos if i.type == pafs.FileType.File)
+
+    def read_json(self, key: str) -> dict:
+        with self.fs.open_input_stream(f"{self.base}/{key}") as f:
+            return json.loads(f.read())
+
+    def uri(self, key: str) -> str:
+        return f"{self.uri_base}/{key}"
+
+
+@dataclass
+class Round:
+    prefix: str
+    namespaces: list[str]
+    tables: list[str]
+    folders: list[str]
+    ops: list[Op] = field(default_factory=list)
+    conflicts: int = 0
+    not_sent: int = 0
+    # Answers of 500 and above, by status, with the message of each.
+    server_errors: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    clock0: float = field(default_factory=time.monotonic)
+
+    def record(self, op: Op):
+        with self.lock:
+            op.id = len(self.ops)
+            self.ops.append(op)
+
+
+def random_op(rng: random.Random, r: Round) -> tuple[str, tuple]:
+    ns, ns2 = rng.choice(r.namespaces), rng.choice(r.namespaces)
+    t, t2 = rng.choice(r.tables), rng.choice(r.tables)
+    kind = rng.choices(
+        ["describe", "exists", "declare", "register", "deregister", "drop", "rename", "create_ns", "drop_ns",
+         "list_tables", "list_ns", "describe_ns"],
+        weights=[14, 8, 14, 6, 7, 7, 12, 5, 4, 10, 3, 3],
+    )[0]
+    if kind in ("create_ns", "drop_ns", "describe_ns"):
+        return kind, (ns,)
+    if kind == "register":
+        return kind, (ns, t, rng.choice(r.folders))
+    if kind == "rename":
+        while (ns2, t2) == (ns, t):
+            ns2, t2 = rng.choice(r.namespaces), rng.choice(r.tables)
+        return kind, (ns, t, ns2, t2)
+    if kind == "list_tables":
+        return kind, (ns, None, rng.choice([1, 2, None]), None)
+    if kind == "list_ns":
+        return kind, (None, None, rng.choice([1, 2, None]), r.prefix)
+    return kind, (ns, t)
+
+
+def perform(cluster: Cluster, r: Round, proc: int, gw: int, kind: str, args: tuple) -> Op | None:
+    """Sends one request and records it; returns the op (None when it was never sent or
+    answered 409 code 14, which claims nothing about state)."""
+    method, path, body = request_of(kind, args)
+    start = time.monotonic() - r.clock0
+    try:
+        status, answer = call(cluster.ports[gw], method, path, body)
+    except NotSent:
+        with r.lock:
+            r.not_sent += 1
+        return None
+    except Lost:
+        op = Op(0, proc, kind, args, start, None)
+        r.record(op)
+        return op
+    end = time.monotonic() - r.clock0
+    code = answer.get("code") if status != 200 else None
+    if status >= 500:
+        with r.lock:
+            r.server_errors.append((status, code, kind, answer.get("error")))
+    if status == 409 and code == CONFLICT:
+        with r.lock:
+            r.conflicts += 1
+        return None
+    # 503: the store failed or the request timed out; the change may land later.
+    op = Op(0, proc, kind, args, start, None if status == 503 else end, status, code, answer)
+    r.record(op)
+    return op
+
+
+def worker(cluster: Cluster, r: Round, proc: int, seed: int, until: float):
+    rng = random.Random(seed)
+    while time.monotonic() < until:
+        kind, args = random_op(rng, r)
+        gw = rng.randrange(len(cluster.ports))
+        op = perform(cluster, r, proc, gw, kind, args)
+        if op is None and cluster.gateways[gw] is None:
+            time.sleep(0.02)
+        # A paginated walk: follow the token page by page, each page one request.
+        while op is not None and kind in ("list_tables", "list_ns") and op.status == 200 and op.body.get("page_token"):
+            ns, _, limit, scope = args
+            args = (ns, op.body["page_token"], limit, scope)
+            op = perform(cluster, r, proc, gw, kind, args)
+
+
+def killer(cluster: Cluster, seed: int, until: float):
+    rng = random.Random(seed)
+    while True:
+        pause = rng.uniform(0.3, 2.0)
+        if time.monotonic() + pause >= until:
+            return
+        time.sleep(pause)
+        cluster.kill_and_restart(rng.randrange(len(cluster.ports)), rng.uniform(0.0, 0.4))
+
+
+def settle(wh: Warehouse, timeout: float = 30.0) -> list[str]:
+    """Waits until no intent is left; returns what is left at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = wh.keys(".lance-gateway/pending") + wh.keys(".lance-gateway/drops")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.25)
+
+
+def final_reads(cluster: Cluster, r: Round) -> dict:
+    """Every gateway reads the whole final state; the reads join the history."""
+    seen = {}
+    for gw in range(len(cluster.ports)):
+        answers = []
+        for ns in r.namespaces:
+            for kind, args in [("describe_ns", (ns,)), ("list_tables", (ns, None, None, None))] + [
+                ("describe", (ns, t)) for t in r.tables
+            ]:
+                op = perform(cluster, r, 1000 + gw, gw, kind, args)
+                answers.append((kind, args, op and op.status, op and json.dumps(op.body.get("location") or op.body.get("tables"))))
+        op = perform(cluster, r, 1000 + gw, gw, "list_ns", (None, None, None, r.prefix))
+        answers.append(("list_ns", sorted(n for n in (op.body.get("namespaces") or []) if n.startswith(r.prefix))))
+        seen[gw] = answers
+    return seen
+
+
+def key_segment(name: str) -> str:
+    """A name as the catalog encodes it into one key segment (ASCII letters, digits, - and _
+    kept, everything else percent-encoded)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+
+
+def claim_key(data_key: str) -> str:
+    return ".lance-gateway/locations/" + "/".join(key_segment(s) for s in data_key.split("/")) + ".json"
+
+
+def inspect(wh: Warehouse) -> list[str]:
+    """What is wrong with the warehouse's objects at rest."""
+    problems = []
+    left = wh.keys(".lance-gateway/pending") + wh.keys(".lance-gateway/drops")
+    if left:
+        problems.append(f"intents left after recovery: {left}")
+    records = {}
+    for key in wh.keys(".lance-gateway/tables"):
+        rec = wh.read_json(key)
+        records[rec["uid"]] = rec
+    folders = sorted((rec["data_key"], rec["uid"]) for rec in records.values())
+    for i, (a, ua) in enumerate(folders):
+        for b, ub in folders[i + 1 :]:
+            if a == b or b.startswith(a + "/"):
+                problems.append(f"tables {ua} and {ub} share or nest folders {a} and {b}")
+    for key in wh.keys(".lance-gateway/locations"):
+        claim = wh.read_json(key)
+        owner = records.get(claim["uid"])
+        if owner is None:
+            problems.append(f"claim {key} belongs to no live table ({claim})")
+        elif key != claim_key(owner["data_key"]):
+            problems.append(f"claim {key} does not match its table's folder {owner['data_key']}")
+    if wh.local:
+        deadline = time.monotonic() + 10
+        while wh.keys(".lance-gateway/tmp") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if wh.keys(".lance-gateway/tmp"):
+            problems.append(f"temporary files left: {wh.keys('.lance-gateway/tmp')}")
+    return problems
+
+
+def run_round(cluster: Cluster, wh: Warehouse, index: int, seed: int, seconds: float, workers: int, kills: bool) -> Round:
+    prefix = f"h{seed % 10000}r{index}"
+    r = Round(prefix, [f"{prefix}a", f"{prefix}b"], ["t0", "t1", "t2"], [])
+    for i in range(2):
+        key = f"reg/{prefix}/f{i}.lance"
+        wh.write(f"{key}/_versions/1.manifest", b"m")
+        r.folders.append(wh.uri(key))
+    for ns in r.namespaces:
+        status, body = call(cluster.ports[0], "POST", f"/v1/namespace/{enc([ns])}/create", {})
+        assert status == 200, body
+    r.clock0 = time.monotonic()
+    until = time.monotonic() + seconds
+    threads = [threading.Thread(target=worker, args=(cluster, r, p, seed * 100 + p, until)) for p in range(workers)]
+    if kills:
+        threads.append(threading.Thread(target=killer, args=(cluster, seed * 100 + 99, until)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return r
+
+
+def verify_round(cluster: Cluster, wh: Warehouse, r: Round, seed: int) -> list[str]:
+    """Settles, reads the final state through every gateway, checks the history and the
+    warehouse. Returns the problems found (empty when all is well)."""
+    problems = []
+    left = settle(wh)
+    if left:
+        problems.append(f"recovery left intents: {left}")
+    seen = final_reads(cluster, r)
+    if len({json.dumps(v) for v in seen.values()}) != 1:
+        problems.append(f"the gateways disagree about the final state: {seen}")
+    initial = State(frozenset(r.namespaces), ())
+    try:
+        result = check(r.ops, initial)
+        if not result.ok:
+            stuck = None
+            if "stuck at #" in result.explanation:
+                stuck_id = int(result.explanation.split("stuck at #")[1].split()[0])
+                stuck = r.ops[stuck_id]
+            problems.append(f"{result.explanation}\nnear it:\n{around(r.ops, stuck)}\nwhole history: {dump(r)}")
+    except Exception as e:  # an answer no rule explains (a 500, say)
+        problems.append(f"{e}")
+    problems += inspect(wh)
+    return problems
+
+
+def dump(r: Round) -> str:
+    """Writes a round's history to a file, for reading a failure at leisure."""
+    import dataclasses
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", prefix=f"history-{r.prefix}-", suffix=".json", delete=False) as f:
+        json.dump([dataclasses.asdict(op) for op in r.ops], f)
+        return f.name
+
+
+def local_warehouse(root: str) -> Warehouse:
+    real = os.path.realpath(root)
+    return Warehouse(pafs.LocalFileSystem(), real, f"file://{real}", local=True)
+
+
+def s3_warehouse(endpoint: str, key: str, secret: str, bucket: str, prefix: str) -> Warehouse:
+    scheme, host = endpoint.split("://", 1)
+    fs = pafs.S3FileSystem(access_key=key, secret_key=secret, endpoint_override=host, scheme=scheme,
+                           region="us-east-1", allow_bucket_creation=True)
+    fs.create_dir(bucket)
+    return Warehouse(fs, f"{bucket}/{prefix}", f"s3://{bucket}/{prefix}", local=False)
