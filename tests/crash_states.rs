@@ -674,6 +674,7 @@ async fn rival_of_a_live_create_is_told_to_retry(w: World) {
         origin: "declare".into(),
         created_by: Some(w.killed.clone()),
         mark: None,
+        rev: String::new(),
     };
     let pending = w.cat.table_pending_key(&t).unwrap();
     w.put(&pending, &staged).await;
@@ -761,6 +762,7 @@ async fn committed_create_is_visible_before_it_is_published(w: World) {
         origin: "declare".into(),
         created_by: Some(w.killed.clone()),
         mark: None,
+        rev: String::new(),
     };
     w.put(
         &Layout::location_claim_key(&w.cell(), &data_key),
@@ -833,6 +835,7 @@ async fn uncommitted_creates_are_rolled_back(w: World) {
             origin: "declare".into(),
             created_by: Some(w.killed.clone()),
             mark: None,
+            rev: String::new(),
         }
     };
     for name in ["a", "b", "c"] {
@@ -976,6 +979,195 @@ async fn format_1_leftovers_settle_conservatively(w: World) {
     assert!(w.intents_left().await.is_empty());
 }
 
+// -------------------------------------------------------------- leases, revisions, claims
+
+/// A long operation renews its intent: a namespace drop started long ago but renewed a
+/// moment ago is left alone by recovery; once its renewals stop, it is rolled back.
+async fn renewed_operations_are_not_taken_for_abandoned(w: World) {
+    let ns = w.namespace("l1").await;
+    let mut intent = w.intent(
+        IntentKind::DropNamespace { id: ns.clone() },
+        IntentState::Prepared,
+        false,
+    );
+    intent.renewed_at_ms = Some(lance_gateway::catalog::records::now_ms());
+    let key = Layout::drop_key(&w.cell(), &intent.op_id);
+    w.put(&key, &intent).await;
+    let ns_record_key = Layout::namespace_key(&w.cat.layout().place(&ns).unwrap());
+    let mut ns_record: Value =
+        serde_json::from_slice(&w.store.get(&ns_record_key).await.unwrap().unwrap().body).unwrap();
+    ns_record["mark"] = json!({"op_id": intent.op_id, "intent": key});
+    w.put(&ns_record_key, &ns_record).await;
+    w.sweep().await;
+    assert!(
+        w.exists(&key).await,
+        "a renewed drop was taken for abandoned"
+    );
+    intent.renewed_at_ms = Some(1);
+    w.put(&key, &intent).await;
+    w.sweep().await;
+    assert!(!w.exists(&key).await);
+    w.declare(&[&ns[..], &["t".to_string()]].concat()).await;
+}
+
+/// A record renamed away and back, or unmarked, is never the same bytes as before: on S3 a
+/// tag is a hash of the bytes, and an old tag must not let a stale change through.
+async fn a_record_never_returns_to_an_old_tag(w: World) {
+    let ns = w.namespace("v2").await;
+    let (a, b) = (
+        [&ns[..], &["a".to_string()]].concat(),
+        [&ns[..], &["b".to_string()]].concat(),
+    );
+    w.declare(&a).await;
+    let key = w.cat.table_key(&a).unwrap();
+    let before = w.store.get(&key).await.unwrap().unwrap();
+    w.cat.rename_table(&a, &b).await.unwrap();
+    w.cat.rename_table(&b, &a).await.unwrap();
+    let after = w.store.get(&key).await.unwrap().unwrap();
+    assert_ne!(before.etag, after.etag);
+    let stale = w
+        .store
+        .put(
+            &key,
+            Bytes::from_static(b"{}"),
+            Condition::IfMatch(before.etag),
+        )
+        .await;
+    assert!(stale.is_err(), "a stale tag was accepted");
+}
+
+/// A committed create whose recovery another gateway has just taken over: readers see it,
+/// a rival is told it exists at once (no spinning on the settler), and a sweep leaves it to
+/// that settler.
+async fn a_settler_at_work_is_left_alone(w: World) {
+    let ns = w.namespace("s1").await;
+    let t = [&ns[..], &["t".to_string()]].concat();
+    let placed = w.cat.layout().place(&ns).unwrap();
+    let data_key = Layout::default_data_key(&placed, "t", "");
+    let record = TableRecord {
+        format_version: FORMAT_VERSION,
+        id: t.clone(),
+        uid: "settling".into(),
+        location: w.cat.layout().uri_of(&data_key),
+        data_key,
+        created_at_ms: 1,
+        properties: HashMap::new(),
+        origin: "declare".into(),
+        created_by: Some(w.killed.clone()),
+        mark: None,
+        rev: String::new(),
+    };
+    let mut intent = w.intent(
+        IntentKind::CreateTable { record },
+        IntentState::Committed,
+        false,
+    );
+    intent.op_id = "settling".into();
+    intent.settler = Some(lance_gateway::catalog::records::Settler {
+        node: "another-gw".into(),
+        since_ms: lance_gateway::catalog::records::now_ms(),
+    });
+    let key = w.cat.table_pending_key(&t).unwrap();
+    w.put(&key, &intent).await;
+    assert_eq!(w.cat.describe_table(&t).await.unwrap().uid, "settling");
+    let started = std::time::Instant::now();
+    assert_eq!(
+        w.code_of(w.cat.declare_table(&t, None, HashMap::new()).await)
+            .await,
+        Code::TableAlreadyExists
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the rival waited on a settler"
+    );
+    w.sweep().await;
+    assert!(
+        w.exists(&key).await,
+        "a sweep took over from a settler at work"
+    );
+}
+
+/// A register at the folder of a table that was just deregistered, whose claim is still
+/// being released: the register waits and answers 409 code 14, not "already the data
+/// folder" of a table nobody can see; once released, the register goes through.
+async fn a_claim_being_released_is_no_refusal(w: World) {
+    let ns = w.namespace("c4").await;
+    let t = [&ns[..], &["t".to_string()]].concat();
+    let u = [&ns[..], &["u".to_string()]].concat();
+    let folder = format!("{}reg/c4/f.lance", w.cell());
+    let location = w.cat.layout().uri_of(&folder);
+    w.store
+        .put(
+            &format!("{folder}/_versions/1.manifest"),
+            Bytes::from_static(b"m"),
+            Condition::None,
+        )
+        .await
+        .unwrap();
+    let rec = w
+        .cat
+        .register_table(&t, &location, false, HashMap::new())
+        .await
+        .unwrap();
+    // A deregister committed and past its deciding step, its gateway killed before the claim
+    // was released.
+    let (intent, key) = drop_intent(&w, &rec, false, IntentState::Committed, true);
+    w.put(&key, &intent).await;
+    w.store
+        .delete(&w.cat.table_key(&t).unwrap(), Condition::None)
+        .await
+        .unwrap();
+    assert_eq!(
+        w.code_of(
+            w.cat
+                .register_table(&u, &location, false, HashMap::new())
+                .await
+        )
+        .await,
+        Code::ConcurrentModification
+    );
+    let restarted = w.restart_killed().await;
+    recovery::sweep(&restarted).await.unwrap();
+    assert_eq!(
+        w.cat
+            .register_table(&u, &location, false, HashMap::new())
+            .await
+            .unwrap()
+            .location,
+        location
+    );
+}
+
+/// Overwrite mode replaces the properties of an empty namespace only, and not while a drop
+/// of it is live.
+async fn overwrite_needs_an_empty_namespace(w: World) {
+    let ns = w.namespace("o1").await;
+    let props = HashMap::from([("k".to_string(), "v".to_string())]);
+    assert_eq!(
+        w.cat
+            .create_namespace(&ns, CreateMode::Overwrite, props.clone())
+            .await
+            .unwrap(),
+        props
+    );
+    assert_eq!(w.cat.describe_namespace(&ns).await.unwrap(), props);
+    w.declare(&[&ns[..], &["t".to_string()]].concat()).await;
+    assert_eq!(
+        w.code_of(
+            w.cat
+                .create_namespace(&ns, CreateMode::Overwrite, HashMap::new())
+                .await
+        )
+        .await,
+        Code::NamespaceNotEmpty
+    );
+    assert_eq!(w.cat.describe_namespace(&ns).await.unwrap(), props);
+    assert!(
+        w.keys(&Layout::drops_prefix(&w.cell())).await.is_empty(),
+        "the overwrite left its intent"
+    );
+}
+
 macro_rules! on_every_store {
     ($($scenario:ident),* $(,)?) => {
         mod memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $scenario() { super::$scenario(super::world(super::Kind::Memory).await).await } )* }
@@ -1000,4 +1192,9 @@ on_every_store!(
     uncommitted_creates_are_rolled_back,
     restarted_node_settles_its_own_namespace_drop_at_once,
     format_1_leftovers_settle_conservatively,
+    renewed_operations_are_not_taken_for_abandoned,
+    a_record_never_returns_to_an_old_tag,
+    a_settler_at_work_is_left_alone,
+    a_claim_being_released_is_no_refusal,
+    overwrite_needs_an_empty_namespace,
 );

@@ -14,10 +14,10 @@ use crate::store::{Condition, StoreError};
 #[derive(Debug)]
 pub(crate) enum Claim {
     Claimed,
-    /// The same folder is claimed by this claim's table.
-    Taken(LocationClaim),
-    /// A folder above or below is claimed by this claim's table.
-    Overlaps(LocationClaim),
+    /// The same folder is claimed: the claim's key and the claim.
+    Taken(String, LocationClaim),
+    /// A folder above or below is claimed: that claim's key and the claim.
+    Overlaps(String, LocationClaim),
 }
 
 impl Catalog {
@@ -25,11 +25,11 @@ impl Catalog {
         let uri = self.layout.uri_of(data_key);
         match refused {
             Claim::Claimed => Error::internal("a granted claim reported as refused", uri),
-            Claim::Taken(owner) => Error::invalid(format!(
+            Claim::Taken(_, owner) => Error::invalid(format!(
                 "location '{uri}' is already the data folder of table '{}'",
                 self.show(&owner.table)
             )),
-            Claim::Overlaps(owner) => Error::invalid(format!(
+            Claim::Overlaps(_, owner) => Error::invalid(format!(
                 "location '{uri}' overlaps the data folder of table '{}'",
                 self.show(&owner.table)
             )),
@@ -57,7 +57,7 @@ impl Catalog {
             Err(StoreError::PreconditionFailed) => match self.read::<LocationClaim>(&key).await? {
                 // Our own write, landed by an earlier attempt the client retried.
                 Some((c, _)) if c.uid == uid => {}
-                Some((c, _)) => return Ok(Claim::Taken(c)),
+                Some((c, _)) => return Ok(Claim::Taken(key, c)),
                 // Released in between: try again.
                 None => return Box::pin(self.claim_location(cell, data_key, uid, id)).await,
             },
@@ -77,22 +77,25 @@ impl Catalog {
                 join_all(ancestors.iter().map(|k| self.read::<LocationClaim>(k))),
                 self.store.list(&below_prefix, None, 1, false)
             );
-            for found in above {
+            for (found, k) in above.into_iter().zip(&ancestors) {
                 if let Some((c, _)) = found? {
-                    return Ok(Some(c));
+                    return Ok(Some((k.clone(), c)));
                 }
             }
             if let Some(k) = below?.keys.first() {
-                return Ok(self.read::<LocationClaim>(k).await?.map(|(c, _)| c));
+                return Ok(self
+                    .read::<LocationClaim>(k)
+                    .await?
+                    .map(|(c, _)| (k.clone(), c)));
             }
             Ok::<_, Error>(None)
         }
         .await;
         match overlap {
             Ok(None) => Ok(Claim::Claimed),
-            Ok(Some(other)) => {
+            Ok(Some((other_key, other))) => {
                 self.release_location(cell, data_key, uid).await?;
-                Ok(Claim::Overlaps(other))
+                Ok(Claim::Overlaps(other_key, other))
             }
             Err(e) => {
                 self.release_or_log(cell, data_key, uid).await;
@@ -101,27 +104,65 @@ impl Catalog {
         }
     }
 
-    /// Whether a claim is held by a create that has not committed yet (it may still fail
-    /// and release it): then a rival claiming the folder waits rather than be refused.
+    /// Whether a claim that refused ours may soon be released, so the refusal is no answer
+    /// yet: it is gone or changed already, or it is held by a create that has not committed
+    /// (it may still fail), or by a deregister that has committed (it releases the claim
+    /// next). A claim of a live table, of a table being dropped (its data goes, so the folder
+    /// is no dataset any more) or of a renamed table is a real refusal.
     pub(crate) async fn claim_in_flight(&self, holder: &Claim) -> Result<bool> {
-        let (Claim::Taken(claim) | Claim::Overlaps(claim)) = holder else {
+        let (Claim::Taken(key, claim) | Claim::Overlaps(key, claim)) = holder else {
             return Ok(false);
         };
+        // Read again first: a holder that finished between the refusal and now (and so is
+        // neither in flight nor live below) must not make the refusal look real.
+        match self.read::<LocationClaim>(key).await? {
+            Some((now, _)) if now.uid == claim.uid => {}
+            _ => return Ok(true),
+        }
         if claim.table.is_empty() {
             return Ok(false);
         }
-        Ok(
-            match self
-                .read_entry(&self.table_pending_key(&claim.table)?)
-                .await?
+        if let Some((entry, _)) = self
+            .read_entry(&self.table_pending_key(&claim.table)?)
+            .await?
+            && entry.op_id() == claim.uid
+            && entry.committed_table().is_none()
+            && !matches!(entry, Entry::LegacyDrop(_))
+        {
+            return Ok(true);
+        }
+        let table_key = self.table_key(&claim.table)?;
+        if self
+            .read::<TableRecord>(&table_key)
+            .await?
+            .is_some_and(|(t, _)| t.uid == claim.uid)
+        {
+            return Ok(false);
+        }
+        let cell = self.cell_of(&claim.table)?;
+        let drops = self
+            .store
+            .list(&Layout::drops_prefix(&cell), None, super::PAGE, true)
+            .await?;
+        for drop_key in drops.keys {
+            if let Some((
+                Entry::Intent(Intent {
+                    state: IntentState::Committed,
+                    kind:
+                        IntentKind::DropTable {
+                            record,
+                            delete_data: false,
+                        },
+                    ..
+                }),
+                _,
+            )) = self.read_entry(&drop_key).await?
+                && record.uid == claim.uid
             {
-                Some((Entry::StagedTable(t), _)) => t.uid == claim.uid,
-                Some((entry @ Entry::Intent(_), _)) => {
-                    entry.op_id() == claim.uid && entry.committed_table().is_none()
-                }
-                _ => false,
-            },
-        )
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Removes the claim on `data_key` if table `uid` still holds it.

@@ -34,6 +34,12 @@ pub(crate) enum Rival {
 }
 
 impl Catalog {
+    /// Whether an entry may be settled by whoever finds it: nobody has driven it for the
+    /// grace period, or this node wrote it in an earlier run.
+    pub(crate) fn settleable_entry(&self, entry: &Entry) -> bool {
+        self.settleable(entry.owner(), entry.started_at_ms(), entry.alive_at_ms())
+    }
+
     /// Reads the intent a mark names and says what the mark means. `key` and `etag` are the
     /// marked record's.
     pub(crate) async fn resolve_mark(
@@ -44,9 +50,14 @@ impl Catalog {
     ) -> Result<MarkState> {
         match self.read_entry(&mark.intent).await? {
             Some((entry, entry_etag)) if entry.op_id() == mark.op_id => {
-                if self.settleable(entry.owner(), entry.started_at_ms()) {
-                    self.settle(&mark.intent, entry, &entry_etag).await?;
-                    return Ok(MarkState::Moved);
+                if self.settleable_entry(&entry) {
+                    // Settled now, or being settled by another gateway: either way, wait
+                    // for the record to change rather than spin.
+                    return Ok(if self.settle(&mark.intent, entry, &entry_etag).await? {
+                        MarkState::Moved
+                    } else {
+                        MarkState::Live
+                    });
                 }
                 match &entry {
                     Entry::Intent(Intent {
@@ -62,9 +73,10 @@ impl Catalog {
                     _ => Ok(MarkState::Live),
                 }
             }
-            // The intent is written before the mark and removed only after the marked record
-            // is deleted or unmarked, so a mark whose intent is gone on a record that has not
-            // changed since is a leftover of a rollback.
+            // An intent goes only after its marked record: deleted (a committed operation's
+            // deciding step) or given up (a rollback, which unmarks after removing the
+            // intent). So a mark whose intent is gone, on a record that has not changed since,
+            // is the leftover of a rollback.
             _ => match self.store.get(key).await? {
                 Some(obj) if obj.etag == etag => Ok(MarkState::Void),
                 _ => Ok(MarkState::Moved),
@@ -73,8 +85,9 @@ impl Catalog {
     }
 
     /// Settles an entry: rolls a prepared one back, or rolls a committed one forward after
-    /// taking it over. Callers decide whether it is theirs to settle (`settleable`, or a
-    /// namespace drop removing what is under it). `Ok(true)` when the entry is gone.
+    /// taking it over. Callers decide whether it is theirs to settle (`settleable_entry`).
+    /// `Ok(true)` when it is settled; `Ok(false)` when it changed meanwhile or another
+    /// settler is on it.
     pub(crate) async fn settle(&self, key: &str, entry: Entry, etag: &str) -> Result<bool> {
         tracing::info!(key, op = entry.name(), op_id = entry.op_id(), owner = ?entry.owner(), "settling an operation left unfinished");
         match entry {
@@ -87,29 +100,7 @@ impl Catalog {
                     // Published by a move whose removal of the staged name failed.
                     return Ok(self.remove(key, etag).await?);
                 }
-                // Rolling back starts with a conditional rewrite of the staged record: the
-                // same object the create commits on, so only one of the two happens, and the
-                // decision stays written while the folder claim is released.
-                let aborted = Intent {
-                    format_version: FORMAT_VERSION,
-                    op_id: record.uid.clone(),
-                    owner: record.created_by.clone().unwrap_or_default(),
-                    started_at_ms: record.created_at_ms,
-                    state: IntentState::Aborted,
-                    settler: None,
-                    kind: IntentKind::CreateTable { record },
-                };
-                match self
-                    .write(key, encode(&aborted), Condition::IfMatch(etag.to_string()))
-                    .await
-                {
-                    Ok(etag) => {
-                        self.finish_abort(key, &aborted, &etag).await?;
-                        Ok(true)
-                    }
-                    Err(StoreError::PreconditionFailed) => Ok(false),
-                    Err(e) => Err(e.into()),
-                }
+                self.abort_create(key, etag, record).await
             }
             Entry::StagedNamespace(_) => Ok(self.remove(key, etag).await?),
             Entry::Intent(intent) if intent.state == IntentState::Aborted => {
@@ -117,40 +108,41 @@ impl Catalog {
                 Ok(true)
             }
             Entry::Intent(intent) if intent.state == IntentState::Prepared => {
+                // The rollback's deciding step is the intent's conditional removal (it races
+                // the owner's commit or renewal); the mark goes after.
+                if !self.remove(key, etag).await? {
+                    return Ok(false);
+                }
                 match &intent.kind {
                     IntentKind::RenameTable { from, .. } => {
-                        if self.remove(key, etag).await? {
-                            self.unmark_table(from, &intent.op_id).await?;
-                        }
+                        self.unmark_table(from, &intent.op_id).await?
                     }
                     IntentKind::DropTable { record, .. } => {
-                        if self.remove(key, etag).await? {
-                            self.unmark_table(&record.id, &intent.op_id).await?;
-                        }
+                        self.unmark_table(&record.id, &intent.op_id).await?
                     }
-                    IntentKind::DropNamespace { id } => {
-                        // A namespace drop decides on the namespace record itself (it deletes
-                        // it only while its mark is there): unmarking is the rollback.
-                        self.unmark_namespace(id, &intent.op_id).await?;
-                        self.remove(key, etag).await?;
+                    IntentKind::DropNamespace { id } | IntentKind::ReplaceNamespace { id } => {
+                        self.unmark_namespace(id, &intent.op_id).await?
                     }
-                    IntentKind::CreateTable { .. } | IntentKind::CreateNamespace { .. } => {
-                        self.remove(key, etag).await?;
-                    }
+                    IntentKind::CreateTable { .. } | IntentKind::CreateNamespace { .. } => {}
                 }
                 Ok(true)
             }
             Entry::Intent(mut intent) => {
                 if let Some(s) = &intent.settler
-                    && s.node != self.node
-                    && !self.stale(s.since_ms)
+                    && !self.settleable(
+                        Some(&s.node),
+                        s.since_ms,
+                        s.since_ms.max(intent.alive_at_ms()),
+                    )
                 {
+                    // Another settler (of this gateway too) is finishing it.
                     return Ok(false);
                 }
                 intent.settler = Some(Settler {
                     node: self.node.clone(),
                     since_ms: now_ms(),
                 });
+                intent.renewed_at_ms = Some(now_ms());
                 let etag = match self
                     .write(key, encode(&intent), Condition::IfMatch(etag.to_string()))
                     .await
@@ -159,7 +151,7 @@ impl Catalog {
                     Err(StoreError::PreconditionFailed) => return Ok(false),
                     Err(e) => return Err(e.into()),
                 };
-                self.roll_forward(key, &intent, &etag).await?;
+                self.roll_forward(key, &mut intent, etag).await?;
                 Ok(true)
             }
             Entry::LegacyPending(pending) => {
@@ -182,6 +174,39 @@ impl Catalog {
         }
     }
 
+    /// Gives up a create that has not committed, whoever finds it: a conditional rewrite
+    /// of the staged record as `aborted` (the same object the create commits on, so only
+    /// one of the two happens) keeps the decision written while the folder claim is
+    /// released; then the entry goes. `Ok(false)` when the staged record changed first.
+    pub(crate) async fn abort_create(
+        &self,
+        key: &str,
+        etag: &str,
+        record: TableRecord,
+    ) -> Result<bool> {
+        let aborted = Intent {
+            format_version: FORMAT_VERSION,
+            op_id: record.uid.clone(),
+            owner: record.created_by.clone().unwrap_or_default(),
+            started_at_ms: record.created_at_ms,
+            state: IntentState::Aborted,
+            settler: None,
+            renewed_at_ms: None,
+            kind: IntentKind::CreateTable { record },
+        };
+        match self
+            .write(key, encode(&aborted), Condition::IfMatch(etag.to_string()))
+            .await
+        {
+            Ok(etag) => {
+                self.finish_abort(key, &aborted, &etag).await?;
+                Ok(true)
+            }
+            Err(StoreError::PreconditionFailed) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Releases what an aborted create reserved, then removes its entry.
     async fn finish_abort(&self, key: &str, intent: &Intent, etag: &str) -> Result<()> {
         if let IntentKind::CreateTable { record } = &intent.kind {
@@ -191,6 +216,33 @@ impl Catalog {
         }
         self.remove(key, etag).await?;
         Ok(())
+    }
+
+    /// Shows that whoever drives the intent at `key` is alive; `Ok(false)` when someone
+    /// else has taken it over or rolled it back meanwhile (the driver must then stop).
+    pub(crate) async fn renew(
+        &self,
+        key: &str,
+        intent: &mut Intent,
+        etag: &mut String,
+    ) -> Result<bool> {
+        intent.renewed_at_ms = Some(now_ms());
+        match self
+            .write(key, encode(&*intent), Condition::IfMatch(etag.clone()))
+            .await
+        {
+            Ok(e) => {
+                *etag = e;
+                Ok(true)
+            }
+            Err(StoreError::PreconditionFailed) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether the driver of an intent last renewed at `renewed_ms` should renew it now.
+    pub(crate) fn due_for_renewal(&self, renewed_ms: u64) -> bool {
+        now_ms().saturating_sub(renewed_ms) > self.grace_ms / 4
     }
 
     async fn settle_legacy_pending(
@@ -236,22 +288,28 @@ impl Catalog {
 
     /// Finishes a committed operation from its intent (at `key`, now at `etag`). Run by the
     /// owner in time, or by the one settler that took the intent over; every step may have
-    /// been done already.
-    pub(crate) async fn roll_forward(&self, key: &str, intent: &Intent, etag: &str) -> Result<()> {
-        match &intent.kind {
+    /// been done already. Deleting a dropped table's data renews the intent between batches
+    /// and stops if someone else took it over, so two parties never delete in one folder.
+    pub(crate) async fn roll_forward(
+        &self,
+        key: &str,
+        intent: &mut Intent,
+        mut etag: String,
+    ) -> Result<()> {
+        match intent.kind.clone() {
             IntentKind::CreateTable { record } => {
-                self.put_published(&self.table_key(&record.id)?, encode(record), &record.uid)
+                self.put_published(&self.table_key(&record.id)?, encode(&record), &record.uid)
                     .await?;
             }
             IntentKind::CreateNamespace { record } => {
                 if let Slot::Plain(ns_key) = self.slot(&record.id)? {
-                    self.put_published(&ns_key, encode(record), &record.uid)
+                    self.put_published(&ns_key, encode(&record), &record.uid)
                         .await?;
                 }
             }
             IntentKind::RenameTable { from, record } => {
-                self.delete_marked_table(from, &intent.op_id).await?;
-                self.put_published(&self.table_key(&record.id)?, encode(record), &record.uid)
+                self.delete_marked_table(&from, &intent.op_id).await?;
+                self.put_published(&self.table_key(&record.id)?, encode(&record), &record.uid)
                     .await?;
             }
             IntentKind::DropTable {
@@ -259,20 +317,30 @@ impl Catalog {
                 delete_data,
             } => {
                 self.delete_marked_table(&record.id, &intent.op_id).await?;
-                if *delete_data {
-                    let removed = self
-                        .store
-                        .delete_prefix(&format!("{}/", record.data_key))
-                        .await?;
+                if delete_data {
+                    let prefix = format!("{}/", record.data_key);
+                    let mut removed = 0;
+                    loop {
+                        let (n, more) = self.store.delete_batch(&prefix, 1000).await?;
+                        removed += n;
+                        if !more {
+                            break;
+                        }
+                        if !self.renew(key, intent, &mut etag).await? {
+                            return Err(Error::conflict(
+                                "another gateway took over deleting this table's data",
+                            ));
+                        }
+                    }
                     tracing::info!(location = %record.location, objects = removed, "deleted the data of a dropped table");
                 }
                 let cell = self.cell_of(&record.id)?;
                 self.release_location(&cell, &record.data_key, &record.uid)
                     .await?;
             }
-            IntentKind::DropNamespace { .. } => {}
+            IntentKind::DropNamespace { .. } | IntentKind::ReplaceNamespace { .. } => {}
         }
-        self.remove(key, etag).await?;
+        self.remove(key, &etag).await?;
         Ok(())
     }
 
@@ -333,10 +401,10 @@ impl Catalog {
 
     /// Removes namespace drop `op_id`'s mark from namespace `id`, if it is still there.
     pub(crate) async fn unmark_namespace(&self, id: &[String], op_id: &str) -> Result<()> {
-        if let Some((mut ns, etag)) = self.read_namespace(id).await?
+        if let Some((ns, etag)) = self.read_namespace(id).await?
             && ns.mark.as_ref().is_some_and(|m| m.op_id == op_id)
         {
-            ns.mark = None;
+            let ns = NamespaceRecord { mark: None, ..ns }.revised();
             match self.write_namespace(&ns, Condition::IfMatch(etag)).await {
                 Ok(_) | Err(StoreError::PreconditionFailed) => {}
                 Err(e) => return Err(e.into()),
@@ -413,8 +481,9 @@ impl Catalog {
                     None => Rival::Gone,
                 });
             };
-            if self.settleable(entry.owner(), entry.started_at_ms()) || entry.is_aborted() {
-                self.settle(key, entry, &etag).await?;
+            if (self.settleable_entry(&entry) || entry.is_aborted())
+                && self.settle(key, entry.clone(), &etag).await?
+            {
                 continue;
             }
             match &entry {

@@ -222,11 +222,11 @@ impl Catalog {
         now_ms().saturating_sub(since_ms) > self.grace_ms
     }
 
-    /// Whether an entry may be settled by whoever finds it: it is older than the grace
-    /// period, or this node wrote it in an earlier run.
-    pub(crate) fn settleable(&self, owner: Option<&str>, started_ms: u64) -> bool {
-        self.stale(started_ms)
-            || (owner == Some(self.node.as_str()) && started_ms < self.started_ms)
+    /// Whether an operation may be settled by whoever finds it: nobody has driven it since
+    /// `alive_ms` for the grace period, or this node started it (at `started_ms`) in an
+    /// earlier run, which is gone.
+    pub(crate) fn settleable(&self, owner: Option<&str>, started_ms: u64, alive_ms: u64) -> bool {
+        self.stale(alive_ms) || (owner == Some(self.node.as_str()) && started_ms < self.started_ms)
     }
 
     /// Whether the owner of an operation started at `started_ms` may still do its steps

@@ -46,6 +46,7 @@ impl Catalog {
                     properties: Properties::new(),
                     created_by: None,
                     mark: None,
+                    rev: String::new(),
                 },
                 String::new(),
             ))),
@@ -93,7 +94,11 @@ impl Catalog {
         if let Some((ns, _)) = self.read_namespace(id).await? {
             return Ok(Some(ns));
         }
-        self.arriving_namespace(id).await
+        if let Some(ns) = self.arriving_namespace(id).await? {
+            return Ok(Some(ns));
+        }
+        // A create may have published and removed its entry between the two reads.
+        Ok(self.read_namespace(id).await?.map(|(ns, _)| ns))
     }
 
     pub async fn describe_namespace(&self, id: &[String]) -> Result<Properties> {
@@ -113,10 +118,14 @@ impl Catalog {
         let mut patience = self.patience();
         loop {
             let Some((ns, etag)) = self.read_namespace(id).await? else {
-                return match self.arriving_namespace(id).await? {
-                    Some(_) => Ok(()),
-                    None => Err(Error::namespace_not_found(&self.show(id))),
-                };
+                if self.arriving_namespace(id).await?.is_some() {
+                    return Ok(());
+                }
+                // Published (and its entry removed) between the two reads?
+                if self.read_namespace(id).await?.is_some() {
+                    continue;
+                }
+                return Err(Error::namespace_not_found(&self.show(id)));
             };
             let (Some(mark), Some(key)) = (&ns.mark, self.namespace_key(id)?) else {
                 return Ok(());
@@ -160,6 +169,7 @@ impl Catalog {
                 properties: properties.clone(),
                 created_by: Some(self.node.clone()),
                 mark: None,
+                rev: new_uid(),
             };
             match &slot {
                 Slot::Root => unreachable!("refused above"),
@@ -172,7 +182,11 @@ impl Catalog {
                     })?;
                     match self.write_namespace(&record, Condition::IfAbsent).await {
                         Ok(_) => return Ok(properties),
-                        Err(StoreError::PreconditionFailed) => continue,
+                        // Taken meanwhile, or the bucket of a namespace being dropped was
+                        // removed after `ensure_bucket`: look again.
+                        Err(StoreError::PreconditionFailed | StoreError::NoSuchBucket(_)) => {
+                            continue;
+                        }
                         Err(e) => return Err(e.into()),
                     }
                 }
@@ -270,30 +284,54 @@ impl Catalog {
     }
 
     /// Overwrite mode: replace the properties of an existing namespace, which must be empty
-    /// (overwriting never drops tables).
+    /// (overwriting never drops tables). It is marked while it is checked, so no child can
+    /// commit between the check and the write.
     async fn overwrite_namespace(
         &self,
         existing: NamespaceRecord,
         etag: String,
         properties: Properties,
     ) -> Result<Properties> {
-        if let (Some(mark), Some(key)) = (&existing.mark, self.namespace_key(&existing.id)?)
+        let id = existing.id.clone();
+        if let (Some(mark), Some(key)) = (&existing.mark, self.namespace_key(&id)?)
             && self.resolve_mark(&key, &etag, mark).await? != super::intents::MarkState::Void
         {
-            return Err(self.busy("namespace", &existing.id));
+            return Err(self.busy("namespace", &id));
         }
-        if let Some(child) = self.first_child(&existing.id, &mut self.patience()).await? {
-            return Err(self.not_empty(&existing.id, &child));
+        if matches!(self.slot(&id)?, Slot::Root) {
+            return Err(Error::invalid("the root namespace cannot be overwritten"));
+        }
+        let kind = IntentKind::ReplaceNamespace { id: id.clone() };
+        let Some(marked) = self.mark_namespace(existing, etag, kind).await? else {
+            return Err(self.busy("namespace", &id));
+        };
+        match self.first_child(&id, &mut self.patience()).await {
+            Ok(None) => {}
+            Ok(Some(child)) => {
+                self.unmark(&marked).await;
+                return Err(self.not_empty(&id, &child));
+            }
+            Err(e) => {
+                self.unmark(&marked).await;
+                return Err(e);
+            }
         }
         let record = NamespaceRecord {
             properties: properties.clone(),
             created_at_ms: now_ms(),
             mark: None,
-            ..existing
-        };
-        self.write_namespace(&record, Condition::IfMatch(etag))
-            .await?;
-        Ok(properties)
+            ..marked.record.clone()
+        }
+        .revised();
+        let written = self
+            .write_namespace(&record, Condition::IfMatch(marked.etag.clone()))
+            .await;
+        let _ = self.remove(&marked.intent_key, &marked.intent_etag).await;
+        match written {
+            Ok(_) => Ok(properties),
+            Err(StoreError::PreconditionFailed) => Err(self.busy("namespace", &id)),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Commits a staged create (a table's or a namespace's record at `pending_key`, at
@@ -341,7 +379,7 @@ impl Catalog {
             Ok(committed_etag) => {
                 if self.owner_in_time(started_at_ms)
                     && let Err(e) = self
-                        .roll_forward(pending_key, &intent, &committed_etag)
+                        .roll_forward(pending_key, &mut intent, committed_etag)
                         .await
                 {
                     // Committed all the same: readers see it through the intent, and
@@ -355,20 +393,28 @@ impl Catalog {
         }
     }
 
-    /// The owner gives up a staged create that has not committed: its claim (if any) goes
-    /// first, then the staged entry. (Only the owner commits, so nothing can commit it in
-    /// between; a settler finding it abandoned releases the same claim by the same uid.)
+    /// The owner gives up a staged create that has not committed. One that holds a folder
+    /// claim (`claimed`: its record) is aborted as a settler would, so the decision stays
+    /// written until the claim is released; otherwise the staged entry just goes.
     pub(crate) async fn abandon_staged(
         &self,
         pending_key: &str,
         etag: &str,
-        claim: Option<(&str, &str, &str)>,
+        claimed: Option<TableRecord>,
     ) {
-        if let Some((cell, data_key, uid)) = claim {
-            self.release_or_log(cell, data_key, uid).await;
-        }
-        if let Err(e) = self.remove(pending_key, etag).await {
-            tracing::warn!(pending_key, error = %e, "could not remove a staged create; recovery will");
+        let result = match claimed {
+            Some(record) => self
+                .abort_create(pending_key, etag, record)
+                .await
+                .map(|_| ()),
+            None => self
+                .remove(pending_key, etag)
+                .await
+                .map(|_| ())
+                .map_err(Error::from),
+        };
+        if let Err(e) = result {
+            tracing::warn!(pending_key, error = %e, "could not give up a staged create; recovery will");
         }
     }
 
@@ -413,8 +459,9 @@ impl Catalog {
                 let Some((entry, etag)) = self.read_entry(&key).await? else {
                     break;
                 };
-                if self.settleable(entry.owner(), entry.started_at_ms()) || entry.is_aborted() {
-                    self.settle(&key, entry, &etag).await?;
+                if (self.settleable_entry(&entry) || entry.is_aborted())
+                    && self.settle(&key, entry.clone(), &etag).await?
+                {
                     continue;
                 }
                 match &entry {
@@ -490,70 +537,19 @@ impl Catalog {
         let key = self
             .namespace_key(id)?
             .ok_or_else(|| Error::invalid("the root namespace cannot be dropped"))?;
-        let cell = match self.slot(id)? {
-            Slot::Cell(_) => format!("{}/", id[0]),
-            _ => self.layout.place(id)?.cell,
-        };
         let mut patience = self.patience();
         for _attempt in 0..20 {
-            let Some((record, etag)) = self.read_namespace(id).await? else {
-                if self.arriving_namespace(id).await?.is_some() {
-                    // Committed and about to be published: it exists, so wait for it.
-                    if !patience.wait().await {
-                        return Err(self.busy("namespace", id));
-                    }
-                    continue;
-                }
+            let Some((record, etag)) = self.read_namespace_for_update(id, &mut patience).await?
+            else {
                 return match mode {
                     DropMode::Skip => Ok(()),
                     DropMode::Fail => Err(Error::namespace_not_found(&shown)),
                 };
             };
-            if let Some(mark) = &record.mark {
-                match self.resolve_mark(&key, &etag, mark).await? {
-                    super::intents::MarkState::Void => {}
-                    super::intents::MarkState::Moved => continue,
-                    super::intents::MarkState::Live => {
-                        if !patience.wait().await {
-                            return Err(Error::conflict(format!(
-                                "namespace '{shown}' is already being dropped; retry"
-                            )));
-                        }
-                        continue;
-                    }
-                }
-            }
-            // 1. The intent, so the mark can always be found and rolled back.
-            let op_id = new_uid();
-            let intent_key = Layout::drop_key(&cell, &op_id);
-            let intent = Intent::new(
-                op_id.clone(),
-                self.node.clone(),
-                IntentKind::DropNamespace { id: id.to_vec() },
-            );
-            let intent_etag = self
-                .write(&intent_key, encode(&intent), Condition::IfAbsent)
-                .await?;
-            // 2. The mark: from here on no create under it can commit.
-            let marked = NamespaceRecord {
-                mark: Some(Mark {
-                    op_id: op_id.clone(),
-                    intent: intent_key.clone(),
-                }),
-                ..record.clone()
-            };
-            let mark_etag = match self
-                .write_namespace(&marked, Condition::IfMatch(etag))
-                .await
-            {
-                Ok(e) => e,
-                Err(e) => {
-                    let _ = self.remove(&intent_key, &intent_etag).await;
-                    match e {
-                        StoreError::PreconditionFailed => continue,
-                        other => return Err(other.into()),
-                    }
-                }
+            // 1-2. The intent, then the mark: from here on no create under it can commit.
+            let kind = IntentKind::DropNamespace { id: id.to_vec() };
+            let Some(mut marked) = self.mark_namespace(record, etag, kind).await? else {
+                continue;
             };
             // 3. Check (or, with Cascade, empty) its contents.
             let emptied = match behavior {
@@ -562,24 +558,21 @@ impl Catalog {
                     Ok(Some(child)) => Err(self.not_empty(id, &child)),
                     Err(e) => Err(e),
                 },
-                DropBehavior::Cascade => Box::pin(self.drop_children(id)).await,
+                DropBehavior::Cascade => Box::pin(self.drop_children(id, &mut marked)).await,
             };
             if let Err(e) = emptied {
-                let _ = self
-                    .write_namespace(&record, Condition::IfMatch(mark_etag))
-                    .await;
-                let _ = self.remove(&intent_key, &intent_etag).await;
+                self.unmark(&marked).await;
                 return Err(e);
             }
             // 4. Delete, only if the mark is still ours (a settler may have rolled it back).
-            if !self.remove(&key, &mark_etag).await? {
-                let _ = self.remove(&intent_key, &intent_etag).await;
+            if !self.remove(&key, &marked.etag).await? {
+                let _ = self.remove(&marked.intent_key, &marked.intent_etag).await;
                 return Err(Error::conflict(format!(
                     "namespace '{shown}' changed while it was being dropped; retry"
                 )));
             }
-            if let Err(e) = self.remove(&intent_key, &intent_etag).await {
-                tracing::warn!(intent_key, error = %e, "could not remove a finished drop's intent; recovery will");
+            if let Err(e) = self.remove(&marked.intent_key, &marked.intent_etag).await {
+                tracing::warn!(intent_key = marked.intent_key, error = %e, "could not remove a finished drop's intent; recovery will");
             }
             if let Slot::Cell(_) = self.slot(id)? {
                 self.retire_bucket(&id[0]).await;
@@ -589,6 +582,106 @@ impl Catalog {
         Err(Error::conflict(format!(
             "namespace '{shown}' kept changing; retry the drop"
         )))
+    }
+
+    /// Namespace `id`'s record ready to be changed: unmarked, or marked by an operation
+    /// that is gone; a live operation on it is waited for. `None` when it does not exist.
+    async fn read_namespace_for_update(
+        &self,
+        id: &[String],
+        patience: &mut Patience,
+    ) -> Result<Option<(NamespaceRecord, String)>> {
+        let key = self
+            .namespace_key(id)?
+            .ok_or_else(|| Error::invalid("the root namespace has no record"))?;
+        loop {
+            let Some((record, etag)) = self.read_namespace(id).await? else {
+                if self.arriving_namespace(id).await?.is_some() {
+                    // Committed and about to be published: it exists, so wait for it.
+                    if !patience.wait().await {
+                        return Err(self.busy("namespace", id));
+                    }
+                    continue;
+                }
+                // Published (and its entry removed) between the two reads?
+                if self.read_namespace(id).await?.is_some() {
+                    continue;
+                }
+                return Ok(None);
+            };
+            let Some(mark) = &record.mark else {
+                return Ok(Some((record, etag)));
+            };
+            match self.resolve_mark(&key, &etag, mark).await? {
+                super::intents::MarkState::Void => return Ok(Some((record, etag))),
+                super::intents::MarkState::Moved => {}
+                super::intents::MarkState::Live => {
+                    if !patience.wait().await {
+                        return Err(self.busy("namespace", id));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Marks a namespace for an operation that needs it to stay as it is while it looks
+    /// inside (a drop, an overwrite): first the intent (so the mark can always be traced
+    /// and rolled back), then the mark. `None` when the record changed first.
+    async fn mark_namespace(
+        &self,
+        record: NamespaceRecord,
+        etag: String,
+        kind: IntentKind,
+    ) -> Result<Option<MarkedNamespace>> {
+        let cell = match self.slot(&record.id)? {
+            Slot::Cell(_) => format!("{}/", record.id[0]),
+            _ => self.layout.place(&record.id)?.cell,
+        };
+        let op_id = new_uid();
+        let intent_key = Layout::drop_key(&cell, &op_id);
+        let intent = Intent::new(op_id.clone(), self.node.clone(), kind);
+        let intent_etag = self
+            .write(&intent_key, encode(&intent), Condition::IfAbsent)
+            .await?;
+        let marked = NamespaceRecord {
+            mark: Some(Mark {
+                op_id,
+                intent: intent_key.clone(),
+            }),
+            ..record.clone()
+        }
+        .revised();
+        match self
+            .write_namespace(&marked, Condition::IfMatch(etag))
+            .await
+        {
+            Ok(etag) => Ok(Some(MarkedNamespace {
+                record,
+                etag,
+                intent_key,
+                intent,
+                intent_etag,
+            })),
+            Err(e) => {
+                let _ = self.remove(&intent_key, &intent_etag).await;
+                match e {
+                    StoreError::PreconditionFailed => Ok(None),
+                    other => Err(other.into()),
+                }
+            }
+        }
+    }
+
+    /// The owner gives up its mark: the record as it was (a settler may have done it
+    /// already), then the intent.
+    async fn unmark(&self, marked: &MarkedNamespace) {
+        let _ = self
+            .write_namespace(
+                &marked.record.clone().revised(),
+                Condition::IfMatch(marked.etag.clone()),
+            )
+            .await;
+        let _ = self.remove(&marked.intent_key, &marked.intent_etag).await;
     }
 
     /// After the level-1 namespace of a bucket is dropped: settle its catalog folder and
@@ -612,10 +705,25 @@ impl Catalog {
     }
 
     /// Cascade: drops every table (data included) and child namespace under `id`, which is
-    /// marked, so nothing new can commit under it meanwhile.
-    async fn drop_children(&self, id: &[String]) -> Result<()> {
+    /// marked, so nothing new can commit under it meanwhile. A long cascade renews its intent
+    /// between children, and stops when someone has rolled it back meanwhile.
+    async fn drop_children(&self, id: &[String], marked: &mut MarkedNamespace) -> Result<()> {
         let mut patience = self.patience();
         loop {
+            if self.due_for_renewal(marked.intent.alive_at_ms())
+                && !self
+                    .renew(
+                        &marked.intent_key,
+                        &mut marked.intent,
+                        &mut marked.intent_etag,
+                    )
+                    .await?
+            {
+                return Err(Error::conflict(format!(
+                    "the drop of namespace '{}' stopped: it was taken for abandoned; retry",
+                    self.show(id)
+                )));
+            }
             match self.first_child(id, &mut self.patience()).await? {
                 None => return Ok(()),
                 Some(Child::Table(table)) => match self.remove_table(&table, true).await {
@@ -639,4 +747,15 @@ impl Catalog {
             }
         }
     }
+}
+
+/// A namespace this request has marked, and the intent behind the mark.
+pub(crate) struct MarkedNamespace {
+    /// The record as it was before the mark.
+    record: NamespaceRecord,
+    /// The marked record's ETag.
+    etag: String,
+    intent_key: String,
+    intent: Intent,
+    intent_etag: String,
 }

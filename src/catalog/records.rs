@@ -47,6 +47,18 @@ pub struct NamespaceRecord {
     /// Set while a drop checks or empties the namespace: creates under it wait or fail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark: Option<Mark>,
+    /// New on every write, so no two versions of a record are the same bytes (on S3 an ETag
+    /// is a hash of the bytes: a renamed-back or unmarked record must not get an old tag).
+    #[serde(default)]
+    pub rev: String,
+}
+
+impl NamespaceRecord {
+    /// The record with a new revision, for writing.
+    pub fn revised(mut self) -> Self {
+        self.rev = new_uid();
+        self
+    }
 }
 
 /// The record at the root of a cell (`catalog.json`).
@@ -79,6 +91,17 @@ pub struct TableRecord {
     /// Set while a rename, drop or deregister of this table is in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark: Option<Mark>,
+    /// New on every write (see `NamespaceRecord::rev`).
+    #[serde(default)]
+    pub rev: String,
+}
+
+impl TableRecord {
+    /// The record with a new revision, for writing.
+    pub fn revised(mut self) -> Self {
+        self.rev = new_uid();
+        self
+    }
 }
 
 /// Who runs an operation that is past its first step and is not done yet.
@@ -116,6 +139,11 @@ pub struct Intent {
     /// Set by a gateway that took over finishing the operation from an owner that is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settler: Option<Settler>,
+    /// When whoever drives the operation last showed it is alive: long operations (a
+    /// cascade, the deletion of a large table's data) renew it, so others do not take them
+    /// for abandoned while they run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed_at_ms: Option<u64>,
     #[serde(flatten)]
     pub kind: IntentKind,
 }
@@ -142,6 +170,9 @@ pub enum IntentKind {
     },
     /// A namespace drop: the namespace is marked while its children are checked or dropped.
     DropNamespace { id: Vec<String> },
+    /// A create in Overwrite mode replacing the properties of an existing namespace: it is
+    /// marked while it is checked to be empty.
+    ReplaceNamespace { id: Vec<String> },
 }
 
 impl Intent {
@@ -153,8 +184,14 @@ impl Intent {
             started_at_ms: now_ms(),
             state: IntentState::Prepared,
             settler: None,
+            renewed_at_ms: None,
             kind,
         }
+    }
+
+    /// The last time the operation was known to be driven.
+    pub fn alive_at_ms(&self) -> u64 {
+        self.renewed_at_ms.unwrap_or(self.started_at_ms)
     }
 
     pub fn name(&self) -> &'static str {
@@ -164,6 +201,7 @@ impl Intent {
             IntentKind::RenameTable { .. } => "rename_table",
             IntentKind::DropTable { .. } => "drop_table",
             IntentKind::DropNamespace { .. } => "drop_namespace",
+            IntentKind::ReplaceNamespace { .. } => "replace_namespace",
         }
     }
 }
@@ -269,6 +307,14 @@ impl Entry {
         }
     }
 
+    /// The last time the operation was known to be driven (its start, or its last renewal).
+    pub fn alive_at_ms(&self) -> u64 {
+        match self {
+            Entry::Intent(i) => i.alive_at_ms(),
+            other => other.started_at_ms(),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Entry::StagedTable(_) => "create_table",
@@ -359,6 +405,7 @@ mod tests {
             origin: "declare".into(),
             created_by: Some("n1".into()),
             mark: None,
+            rev: String::new(),
         }
     }
 

@@ -24,7 +24,7 @@ async fn settle_key(catalog: &Catalog, key: &str, force: bool) -> Result<()> {
     let Some((entry, etag)) = catalog.read_entry(key).await? else {
         return Ok(());
     };
-    if force || entry.is_aborted() || catalog.settleable(entry.owner(), entry.started_at_ms()) {
+    if force || entry.is_aborted() || catalog.settleable_entry(&entry) {
         catalog.settle(key, entry, &etag).await?;
     }
     Ok(())

@@ -49,6 +49,11 @@ impl Catalog {
         if let Some(table) = arriving? {
             return Ok(table);
         }
+        // A create or rename may have published and removed its entry between the reads.
+        if let Some((mut table, _)) = self.read_table(id).await? {
+            table.mark = None;
+            return Ok(table);
+        }
         match namespace? {
             None => Err(Error::namespace_not_found(&self.show(parent))),
             Some(_) => Err(Error::table_not_found(&self.show(id))),
@@ -107,6 +112,7 @@ impl Catalog {
             origin: String::new(),
             created_by: None,
             mark: None,
+            rev: String::new(),
         };
         if overwrite && let Some((existing, etag)) = self.read_for_update(id).await? {
             if existing.data_key == probe.data_key {
@@ -119,7 +125,8 @@ impl Catalog {
                     properties,
                     mark: None,
                     ..existing
-                };
+                }
+                .revised();
                 self.write(
                     &self.table_key(id)?,
                     encode(&updated),
@@ -168,6 +175,7 @@ impl Catalog {
                 origin: origin.to_string(),
                 created_by: Some(self.node.clone()),
                 mark: None,
+                rev: new_uid(),
             };
             // 1. Reserve the name: racing creates, namespace drops and recovery see it now.
             let mut etag = match self
@@ -202,13 +210,14 @@ impl Catalog {
                 }
                 let refused = match claim? {
                     Claim::Claimed => None,
-                    Claim::Taken(_) if location.is_none() => {
+                    Claim::Taken(..) if location.is_none() => {
                         // The server's plain choice is held, say by a renamed table that kept
                         // its folder: take a unique one, restaging the record first so a
                         // settler knows which claim to release.
                         record.data_key =
                             Layout::default_data_key(&placed, name, &format!("-{}", &uid[..8]));
                         record.location = self.layout.uri_of(&record.data_key);
+                        record.rev = new_uid();
                         etag = self
                             .write(
                                 &pending_key,
@@ -246,15 +255,9 @@ impl Catalog {
                 Ok(())
             }
             .await;
-            let claim_of = |r: &TableRecord| (cell.clone(), r.data_key.clone(), uid.clone());
             if let Err(e) = checked {
-                let c = claim_of(&record);
-                self.abandon_staged(
-                    &pending_key,
-                    &etag,
-                    claimed.then_some((c.0.as_str(), c.1.as_str(), c.2.as_str())),
-                )
-                .await;
+                self.abandon_staged(&pending_key, &etag, claimed.then(|| record.clone()))
+                    .await;
                 if holder_in_flight {
                     if patience.wait().await {
                         continue;
@@ -267,7 +270,6 @@ impl Catalog {
             let kind = IntentKind::CreateTable {
                 record: record.clone(),
             };
-            let c = claim_of(&record);
             return match self
                 .commit_create(
                     &pending_key,
@@ -281,20 +283,16 @@ impl Catalog {
             {
                 Ok(Commit::Done) => Ok(record),
                 Ok(Commit::Taken) => {
-                    self.abandon_staged(&pending_key, &etag, Some((&c.0, &c.1, &c.2)))
-                        .await;
+                    self.abandon_staged(&pending_key, &etag, Some(record)).await;
                     Err(Error::table_exists(&self.show(id)))
                 }
-                Ok(Commit::Lost) => {
-                    // Settled by someone who took it for abandoned: it did not happen.
-                    self.release_or_log(&c.0, &c.1, &c.2).await;
-                    Err(self.busy("table", id))
-                }
+                // Settled by someone who took it for abandoned (and released its claim): it
+                // did not happen.
+                Ok(Commit::Lost) => Err(self.busy("table", id)),
                 Err(e) => {
-                    // Unknown: if the staged record is still ours it did not commit.
-                    if let Ok(true) = self.remove(&pending_key, &etag).await {
-                        self.release_or_log(&c.0, &c.1, &c.2).await;
-                    }
+                    // Unknown: if the staged record is still ours it did not commit, and is
+                    // aborted here (if the commit did land, the abort finds it changed).
+                    self.abandon_staged(&pending_key, &etag, Some(record)).await;
                     Err(e)
                 }
             };
@@ -318,6 +316,10 @@ impl Catalog {
                     if !patience.wait().await {
                         return Err(self.busy("table", id));
                     }
+                    continue;
+                }
+                // Published (and its entry removed) between the two reads?
+                if self.store.get(&key).await?.is_some() {
                     continue;
                 }
                 return Ok(None);
@@ -354,8 +356,11 @@ impl Catalog {
                     let record = entry.committed_table();
                     if record.is_some_and(|r| r.uid == uid)
                         && let Some(s) = &intent.settler
-                        && s.node != self.node
-                        && !self.stale(s.since_ms)
+                        && !self.settleable(
+                            Some(&s.node),
+                            s.since_ms,
+                            s.since_ms.max(intent.alive_at_ms()),
+                        )
                     {
                         // Another gateway is finishing it: let it.
                         if !patience.wait().await {
@@ -416,7 +421,8 @@ impl Catalog {
                     intent: intent_key.clone(),
                 }),
                 ..record.clone()
-            };
+            }
+            .revised();
             let mark_etag = match self
                 .write(&key, encode(&marked), Condition::IfMatch(etag))
                 .await
@@ -456,7 +462,7 @@ impl Catalog {
             // 5. The rest: data, claim, intent.
             if self.owner_in_time(intent.started_at_ms)
                 && let Err(e) = self
-                    .roll_forward(&intent_key, &intent, &committed_etag)
+                    .roll_forward(&intent_key, &mut intent, committed_etag)
                     .await
             {
                 tracing::warn!(table = %self.show(id), error = %e, "drop cleanup incomplete; recovery will finish it");
@@ -491,7 +497,8 @@ impl Catalog {
                 id: new_id.to_vec(),
                 mark: None,
                 ..record.clone()
-            };
+            }
+            .revised();
             let mut intent = Intent::new(
                 op_id.clone(),
                 self.node.clone(),
@@ -534,7 +541,8 @@ impl Catalog {
                     intent: pending_key.clone(),
                 }),
                 ..record.clone()
-            };
+            }
+            .revised();
             let (mark, open, taken) = tokio::join!(
                 self.write(&key, encode(&marked), Condition::IfMatch(etag)),
                 self.ensure_open_namespace(new_parent),
@@ -554,7 +562,11 @@ impl Catalog {
                 let _ = self.remove(&pending_key, &intent_etag).await;
                 if let Ok(mark_etag) = &mark {
                     let _ = self
-                        .write(&key, encode(&record), Condition::IfMatch(mark_etag.clone()))
+                        .write(
+                            &key,
+                            encode(&record.clone().revised()),
+                            Condition::IfMatch(mark_etag.clone()),
+                        )
                         .await;
                 }
                 match failure {
@@ -589,7 +601,7 @@ impl Catalog {
             // 5. Publish under the new name.
             if self.owner_in_time(intent.started_at_ms)
                 && let Err(e) = self
-                    .roll_forward(&pending_key, &intent, &committed_etag)
+                    .roll_forward(&pending_key, &mut intent, committed_etag)
                     .await
             {
                 tracing::warn!(table = %shown_new, error = %e, "a committed rename could not be published yet; recovery will");

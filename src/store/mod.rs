@@ -119,6 +119,13 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes every object under `prefix` (which should end in `/`); returns how many.
     async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64>;
 
+    /// Deletes up to about `limit` objects under `prefix`; returns how many, and whether
+    /// more may be left. For deletions long enough that their driver must show it is alive
+    /// in between. A store that deletes a folder in one step deletes it all.
+    async fn delete_batch(&self, prefix: &str, _limit: usize) -> StoreResult<(u64, bool)> {
+        Ok((self.delete_prefix(prefix).await?, false))
+    }
+
     /// Answers whether the store is reachable and usable.
     async fn check(&self) -> StoreResult<()>;
 

@@ -56,6 +56,12 @@ impl S3Store {
     }
 }
 
+/// A configuration override that sends a request once.
+fn no_retries() -> aws_sdk_s3::config::Builder {
+    aws_sdk_s3::config::Builder::default()
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+}
+
 fn status<E>(err: &SdkError<E, HttpResponse>) -> Option<u16> {
     err.raw_response().map(|r| r.status().as_u16())
 }
@@ -118,7 +124,15 @@ impl Store for S3Store {
             Condition::IfAbsent => req.if_none_match("*"),
             Condition::IfMatch(etag) => req.if_match(etag),
         };
-        match req.send().await {
+        let sent = if cond == Condition::None {
+            req.send().await
+        } else {
+            // The SDK would resend a conditional write whose answer was lost, and a resend can
+            // land after the object moved on (re-creating what was just deleted). The catalog
+            // resolves a lost answer by reading the object back instead.
+            req.customize().config_override(no_retries()).send().await
+        };
+        match sent {
             Ok(out) => Ok(out.e_tag().unwrap_or_default().to_string()),
             // 412: the condition failed; 409: a concurrent conditional write won the race.
             Err(err) if matches!(status(&err), Some(412) | Some(409)) => {
@@ -144,7 +158,12 @@ impl Store for S3Store {
                 return Err(StoreError::Other("delete if absent makes no sense".into()));
             }
         }
-        match req.send().await {
+        let sent = if cond == Condition::None {
+            req.send().await
+        } else {
+            req.customize().config_override(no_retries()).send().await
+        };
+        match sent {
             Ok(_) => Ok(()),
             Err(err)
                 if cond != Condition::None
@@ -225,50 +244,58 @@ impl Store for S3Store {
     }
 
     async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64> {
-        let (bucket, object_prefix) = self.locate(prefix)?;
         let mut deleted = 0u64;
         loop {
-            let out = self
-                .client
-                .list_objects_v2()
-                .bucket(&bucket)
-                .prefix(&object_prefix)
-                .max_keys(1000)
-                .send()
-                .await
-                .map_err(other)?;
-            let ids: Vec<ObjectIdentifier> = out
-                .contents()
-                .iter()
-                .filter_map(|o| o.key())
-                .filter_map(|k| ObjectIdentifier::builder().key(k).build().ok())
-                .collect();
-            if ids.is_empty() {
+            let (n, more) = self.delete_batch(prefix, 1000).await?;
+            deleted += n;
+            if !more {
                 return Ok(deleted);
             }
-            let count = ids.len() as u64;
-            let delete = Delete::builder()
-                .set_objects(Some(ids))
-                .quiet(true)
-                .build()
-                .map_err(|e| StoreError::Other(e.to_string()))?;
-            let result = self
-                .client
-                .delete_objects()
-                .bucket(&bucket)
-                .delete(delete)
-                .send()
-                .await
-                .map_err(other)?;
-            if let Some(failed) = result.errors().first() {
-                return Err(StoreError::Other(format!(
-                    "deleting {}: {}",
-                    failed.key().unwrap_or_default(),
-                    failed.message().unwrap_or_default()
-                )));
-            }
-            deleted += count;
         }
+    }
+
+    async fn delete_batch(&self, prefix: &str, limit: usize) -> StoreResult<(u64, bool)> {
+        let (bucket, object_prefix) = self.locate(prefix)?;
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix(&object_prefix)
+            .max_keys(limit.clamp(1, 1000) as i32)
+            .send()
+            .await
+            .map_err(other)?;
+        let ids: Vec<ObjectIdentifier> = out
+            .contents()
+            .iter()
+            .filter_map(|o| o.key())
+            .filter_map(|k| ObjectIdentifier::builder().key(k).build().ok())
+            .collect();
+        if ids.is_empty() {
+            return Ok((0, false));
+        }
+        let count = ids.len() as u64;
+        let delete = Delete::builder()
+            .set_objects(Some(ids))
+            .quiet(true)
+            .build()
+            .map_err(|e| StoreError::Other(e.to_string()))?;
+        let result = self
+            .client
+            .delete_objects()
+            .bucket(&bucket)
+            .delete(delete)
+            .send()
+            .await
+            .map_err(other)?;
+        if let Some(failed) = result.errors().first() {
+            return Err(StoreError::Other(format!(
+                "deleting {}: {}",
+                failed.key().unwrap_or_default(),
+                failed.message().unwrap_or_default()
+            )));
+        }
+        Ok((count, out.is_truncated().unwrap_or(false)))
     }
 
     async fn check(&self) -> StoreResult<()> {

@@ -45,7 +45,7 @@ def enc(parts: list[str]) -> str:
     return urllib.parse.quote("$".join(parts), safe="")
 
 
-def call(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+def call(port: int, method: str, path: str, body: dict | None = None, request_id: str | None = None) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT)
     try:
         try:
@@ -54,7 +54,10 @@ def call(port: int, method: str, path: str, body: dict | None = None) -> tuple[i
             raise NotSent() from e
         try:
             data = None if body is None else json.dumps(body)
-            conn.request(method, path, body=data, headers={"content-type": "application/json"})
+            headers = {"content-type": "application/json"}
+            if request_id:
+                headers["x-request-id"] = request_id
+            conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             text = resp.read().decode()
         except (OSError, http.client.HTTPException) as e:
@@ -97,6 +100,7 @@ class Cluster:
         self.args, self.env = args + RECOVERY, env
         self.ports = [free_port() for _ in range(n)]
         self.gateways: list[Gateway | None] = [start_gateway(self.args, env, port=p) for p in self.ports]
+        self.all_logs = [gw.log for gw in self.gateways]
         self.lock = threading.Lock()
         self.kills = 0
 
@@ -109,6 +113,7 @@ class Cluster:
         self.kills += 1
         time.sleep(down)
         started = start_gateway(self.args, self.env, port=self.ports[i])
+        self.all_logs.append(started.log)
         with self.lock:
             self.gateways[i] = started
 
@@ -120,11 +125,8 @@ class Cluster:
         return codes
 
     def logs(self) -> str:
-        out = []
-        for gw in self.gateways:
-            if gw is not None:
-                out.append(f"--- {gw.log}\n" + open(gw.log).read()[-3000:])
-        return "\n".join(out)
+        """Where every gateway process of this cluster logged (killed ones included)."""
+        return "gateway logs: " + " ".join(self.all_logs)
 
 
 class Warehouse:
@@ -160,6 +162,7 @@ class Round:
     ops: list[Op] = field(default_factory=list)
     conflicts: int = 0
     not_sent: int = 0
+    sent: int = 0
     # Answers of 500 and above, by status, with the message of each.
     server_errors: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -199,14 +202,18 @@ def perform(cluster: Cluster, r: Round, proc: int, gw: int, kind: str, args: tup
     answered 409 code 14, which claims nothing about state)."""
     method, path, body = request_of(kind, args)
     start = time.monotonic() - r.clock0
+    # The gateway logs every response with this id: `grep <prefix>-p<proc>-<n>` in its log.
+    with r.lock:
+        r.sent += 1
+        request_id = f"{r.prefix}-p{proc}-{r.sent}"
     try:
-        status, answer = call(cluster.ports[gw], method, path, body)
+        status, answer = call(cluster.ports[gw], method, path, body, request_id)
     except NotSent:
         with r.lock:
             r.not_sent += 1
         return None
     except Lost:
-        op = Op(0, proc, kind, args, start, None)
+        op = Op(0, proc, kind, args, start, None, body={"request_id": request_id})
         r.record(op)
         return op
     end = time.monotonic() - r.clock0
@@ -219,6 +226,7 @@ def perform(cluster: Cluster, r: Round, proc: int, gw: int, kind: str, args: tup
             r.conflicts += 1
         return None
     # 503: the store failed or the request timed out; the change may land later.
+    answer["request_id"] = request_id
     op = Op(0, proc, kind, args, start, None if status == 503 else end, status, code, answer)
     r.record(op)
     return op

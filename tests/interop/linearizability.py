@@ -48,7 +48,7 @@ class Op:
 
 
 def short(body: dict) -> str:
-    keep = {k: body[k] for k in ("location", "tables", "namespaces", "page_token") if k in body}
+    keep = {k: body[k] for k in ("location", "tables", "namespaces", "page_token", "request_id") if k in body}
     return str(keep) if keep else ""
 
 
