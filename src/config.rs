@@ -1,13 +1,17 @@
 //! One `Config`: defaults, then an optional TOML file, then environment variables, then
-//! flags (each later source wins). `Config::validate` checks everything before the port is
-//! bound; a bad value names its setting.
+//! flags (each later source wins). Every setting is defined once, in `Settings`: clap reads
+//! it from flags and the environment, serde from the file, and the two are merged as TOML
+//! tables. `Config::load` checks everything before the port is bound; a bad value names its
+//! setting. Secrets are `Secret`s, which never print.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,47 +27,95 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve the Lance Namespace REST API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Create an API key: prints the key (give it to its holder; it is not stored) and the
+    /// line to add to the `--api-keys` file (which holds only a salted hash).
+    Create {
+        /// The principal the key authenticates as.
+        #[arg(long)]
+        principal: String,
+        /// Groups of the principal, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<String>,
+    },
+}
+
+/// A secret setting: prints as `***`.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_string()))
+    }
 }
 
 /// Who gets which credentials beside a table's location.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CredentialPolicy {
     /// Vend no keys: clients bring their own (endpoint, region and addressing are still vended).
     None,
-    /// Vend the keys configured for clients (`client-access-key-id`, `client-secret-access-key`).
+    /// Vend the keys configured for clients (`client-access-key-id`, `client-secret-access-key`): every caller gets the same keys.
     Static,
     /// Vend the gateway's own keys. Only for trusted clients.
     Gateway,
+    /// Vend short-lived keys from STS AssumeRole, limited to the table's folder and to the caller's access (read or read-write).
+    Sts,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Text,
     Json,
 }
 
-#[derive(Args, Debug, Default)]
-pub struct ServeArgs {
-    /// TOML file with any of the settings below (flags and environment win over it).
-    #[arg(long, env = "LANCE_GATEWAY_CONFIG")]
-    pub config: Option<PathBuf>,
+/// Every setting of `serve`, each optional: a flag, an environment variable, or a key in
+/// the TOML file (snake_case).
+#[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
     /// Address to listen on [default: 127.0.0.1:2333].
     #[arg(long, env = "LANCE_GATEWAY_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
     /// Where catalog and tables live: a directory, file:///dir, s3://bucket/prefix, or s3:// (endpoint mode) [default: ./warehouse].
     #[arg(long, env = "LANCE_GATEWAY_WAREHOUSE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub warehouse: Option<String>,
     /// S3 endpoint URL (else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS).
     #[arg(long, env = "LANCE_GATEWAY_S3_ENDPOINT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub s3_endpoint: Option<String>,
     /// S3 region (else AWS_REGION / the profile, else us-east-1).
     #[arg(long, env = "LANCE_GATEWAY_S3_REGION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub s3_region: Option<String>,
     /// Access key id for the gateway's own S3 access (else the AWS credential chain).
     #[arg(long, env = "LANCE_GATEWAY_S3_ACCESS_KEY_ID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub s3_access_key_id: Option<String>,
     /// Secret key for the gateway's own S3 access.
     #[arg(
@@ -71,18 +123,23 @@ pub struct ServeArgs {
         env = "LANCE_GATEWAY_S3_SECRET_ACCESS_KEY",
         hide_env_values = true
     )]
-    pub s3_secret_access_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_secret_access_key: Option<Secret>,
     /// Use virtual-hosted-style bucket addressing instead of path style.
     #[arg(long, env = "LANCE_GATEWAY_S3_VIRTUAL_HOSTED")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub s3_virtual_hosted: Option<bool>,
     /// The S3 endpoint vended to clients, when they reach the store by another address than the gateway does.
     #[arg(long, env = "LANCE_GATEWAY_CLIENT_ENDPOINT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub client_endpoint: Option<String>,
-    /// Which credentials to vend beside locations: none, static or gateway [default: none].
+    /// Which credentials to vend beside locations: none, static, gateway or sts [default: none].
     #[arg(long, env = "LANCE_GATEWAY_CREDENTIALS", value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialPolicy>,
     /// Access key id vended to clients under the static policy.
     #[arg(long, env = "LANCE_GATEWAY_CLIENT_ACCESS_KEY_ID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub client_access_key_id: Option<String>,
     /// Secret key vended to clients under the static policy.
     #[arg(
@@ -90,52 +147,117 @@ pub struct ServeArgs {
         env = "LANCE_GATEWAY_CLIENT_SECRET_ACCESS_KEY",
         hide_env_values = true
     )]
-    pub client_secret_access_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret_access_key: Option<Secret>,
+    /// STS endpoint for the sts policy [default: the S3 endpoint, as SeaweedFS serves STS there].
+    #[arg(long, env = "LANCE_GATEWAY_STS_ENDPOINT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sts_endpoint: Option<String>,
+    /// The role the sts policy assumes (its own policy should already be limited to the warehouse).
+    #[arg(long, env = "LANCE_GATEWAY_STS_ROLE_ARN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sts_role_arn: Option<String>,
+    /// How long vended STS credentials last, in seconds [default: 3600].
+    #[arg(long, env = "LANCE_GATEWAY_STS_DURATION_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sts_duration_secs: Option<u64>,
+    /// File of API keys (lines from `lance-gateway keys create`); reloaded when it changes.
+    #[arg(long, env = "LANCE_GATEWAY_API_KEYS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_keys: Option<PathBuf>,
+    /// OIDC issuer whose bearer tokens (JWTs) are accepted (its `iss`).
+    #[arg(long, env = "LANCE_GATEWAY_OIDC_ISSUER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oidc_issuer: Option<String>,
+    /// The audience tokens must name (`aud`); required with an issuer.
+    #[arg(long, env = "LANCE_GATEWAY_OIDC_AUDIENCE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oidc_audience: Option<String>,
+    /// Where the issuer's keys are [default: the issuer's discovery document].
+    #[arg(long, env = "LANCE_GATEWAY_OIDC_JWKS_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oidc_jwks_url: Option<String>,
+    /// The claim naming the principal [default: sub].
+    #[arg(long, env = "LANCE_GATEWAY_OIDC_PRINCIPAL_CLAIM")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oidc_principal_claim: Option<String>,
+    /// The claim listing the principal's groups [default: groups].
+    #[arg(long, env = "LANCE_GATEWAY_OIDC_GROUPS_CLAIM")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oidc_groups_claim: Option<String>,
+    /// Serve callers that present no credentials, as principal `anonymous` [default: false when any authentication is configured].
+    #[arg(long, env = "LANCE_GATEWAY_ALLOW_ANONYMOUS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_anonymous: Option<bool>,
+    /// Grants file (TOML): who may read, write or administer which ids. Without it every authenticated caller may do everything. Reloaded when it changes and on SIGHUP.
+    #[arg(long, env = "LANCE_GATEWAY_GRANTS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grants: Option<PathBuf>,
+    /// TLS certificate chain (PEM); serves HTTPS with --tls-key. Reloaded when it changes.
+    #[arg(long, env = "LANCE_GATEWAY_TLS_CERT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, env = "LANCE_GATEWAY_TLS_KEY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) client certificates must chain to; a client certificate's subject common name is its principal.
+    #[arg(long, env = "LANCE_GATEWAY_TLS_CLIENT_CA")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca, also accept clients without a certificate (they authenticate otherwise) [default: false].
+    #[arg(long, env = "LANCE_GATEWAY_TLS_CLIENT_CERT_OPTIONAL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_client_cert_optional: Option<bool>,
+    /// Audit log destination: a file path, `stdout` or `stderr` [default: off].
+    #[arg(long, env = "LANCE_GATEWAY_AUDIT_LOG")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_log: Option<String>,
     /// Largest request body accepted, in bytes [default: 16777216].
     #[arg(long, env = "LANCE_GATEWAY_MAX_BODY_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<usize>,
     /// Longest a request may take, in seconds [default: 30].
     #[arg(long, env = "LANCE_GATEWAY_REQUEST_TIMEOUT_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub request_timeout_secs: Option<u64>,
+    /// Longest a client may take to send a request's headers, or a TLS handshake, in seconds; a kept-alive connection idle that long after an answer is closed too [default: 10].
+    #[arg(long, env = "LANCE_GATEWAY_HEADER_TIMEOUT_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_timeout_secs: Option<u64>,
+    /// Most connections served at once; more wait to be accepted [default: 1024].
+    #[arg(long, env = "LANCE_GATEWAY_MAX_CONNECTIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
     /// Age in seconds after which an unfinished catalog operation is settled by others [default: 120].
     #[arg(long, env = "LANCE_GATEWAY_RECOVERY_GRACE_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery_grace_secs: Option<u64>,
     /// Seconds between sweeps for abandoned operations [default: 60].
     #[arg(long, env = "LANCE_GATEWAY_RECOVERY_INTERVAL_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery_interval_secs: Option<u64>,
     /// Local warehouse: sync each catalog write to disk before publishing it [default: true].
     #[arg(long, env = "LANCE_GATEWAY_FS_SYNC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fs_sync: Option<bool>,
     /// This gateway's name among those sharing the warehouse; a gateway restarted under the same name settles its unfinished operations at once [default: <host name>:<port>].
     #[arg(long, env = "LANCE_GATEWAY_NODE_ID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "LANCE_GATEWAY_LOG_FORMAT", value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<LogFormat>,
 }
 
-/// The optional TOML file: the same settings, snake_case.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<String>,
-    warehouse: Option<String>,
-    s3_endpoint: Option<String>,
-    s3_region: Option<String>,
-    s3_access_key_id: Option<String>,
-    s3_secret_access_key: Option<String>,
-    s3_virtual_hosted: Option<bool>,
-    client_endpoint: Option<String>,
-    credentials: Option<CredentialPolicy>,
-    client_access_key_id: Option<String>,
-    client_secret_access_key: Option<String>,
-    max_body_bytes: Option<usize>,
-    request_timeout_secs: Option<u64>,
-    recovery_grace_secs: Option<u64>,
-    recovery_interval_secs: Option<u64>,
-    fs_sync: Option<bool>,
-    node_id: Option<String>,
-    log_format: Option<LogFormat>,
+#[derive(Args, Debug, Default, Clone)]
+pub struct ServeArgs {
+    /// TOML file with any of the settings below (flags and environment win over it).
+    #[arg(long, env = "LANCE_GATEWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub settings: Settings,
 }
 
 /// A setting that failed validation.
@@ -166,8 +288,52 @@ pub struct S3Settings {
     pub endpoint: Option<String>,
     pub region: Option<String>,
     pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
+    pub secret_access_key: Option<Secret>,
     pub path_style: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct OidcSettings {
+    pub issuer: String,
+    pub audience: String,
+    pub jwks_url: Option<String>,
+    pub principal_claim: String,
+    pub groups_claim: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct AuthSettings {
+    pub api_keys: Option<PathBuf>,
+    pub oidc: Option<OidcSettings>,
+    pub allow_anonymous: bool,
+}
+
+impl AuthSettings {
+    /// Whether any scheme authenticates callers (API keys, tokens, client certificates).
+    pub fn enabled(&self, tls: Option<&TlsSettings>) -> bool {
+        self.api_keys.is_some() || self.oidc.is_some() || tls.is_some_and(|t| t.client_ca.is_some())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+    pub client_cert_optional: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct StsSettings {
+    pub endpoint: Option<String>,
+    pub role_arn: String,
+    pub duration: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct ConnectionLimits {
+    pub header_timeout: Duration,
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -178,9 +344,15 @@ pub struct Config {
     pub client_endpoint: Option<String>,
     pub credentials: CredentialPolicy,
     pub client_access_key_id: Option<String>,
-    pub client_secret_access_key: Option<String>,
+    pub client_secret_access_key: Option<Secret>,
+    pub sts: Option<StsSettings>,
+    pub auth: AuthSettings,
+    pub grants: Option<PathBuf>,
+    pub tls: Option<TlsSettings>,
+    pub audit_log: Option<String>,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    pub limits: ConnectionLimits,
     pub recovery_grace: Duration,
     pub recovery_interval: Duration,
     pub fs_sync: bool,
@@ -188,51 +360,64 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// The file's settings overridden by those of the flags and environment: both as TOML
+/// tables, the second's keys replacing the first's.
+fn merged(file: Settings, over: Settings) -> Result<Settings, ConfigError> {
+    let table = |s: &Settings| match toml::Value::try_from(s) {
+        Ok(toml::Value::Table(t)) => Ok(t),
+        _ => Err(bad("config", "the settings could not be merged")),
+    };
+    let mut base = table(&file)?;
+    base.extend(table(&over)?);
+    toml::Value::Table(base)
+        .try_into()
+        .map_err(|e| bad("config", format!("the settings could not be merged: {e}")))
+}
+
+fn positive(setting: &'static str, value: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    match value.unwrap_or(default) {
+        0 => Err(bad(setting, "must be at least 1")),
+        v => Ok(v),
+    }
+}
+
 impl Config {
-    /// Merges file, environment and flags (clap has already folded environment into `args`)
-    /// and validates the result.
+    /// Merges file, environment and flags (clap has already folded environment into
+    /// `args`) and validates the result.
     pub fn load(args: ServeArgs) -> Result<Config, ConfigError> {
-        let file: FileConfig = match &args.config {
+        let file: Settings = match &args.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
                 toml::from_str(&text)
                     .map_err(|e| bad("config", format!("{}: {}", path.display(), e.message())))?
             }
-            None => FileConfig::default(),
+            None => Settings::default(),
         };
-        let listen_text = args
-            .listen
-            .or(file.listen)
-            .unwrap_or_else(|| "127.0.0.1:2333".into());
+        Self::validate(merged(file, args.settings)?)
+    }
+
+    fn validate(s: Settings) -> Result<Config, ConfigError> {
+        let listen_text = s.listen.unwrap_or_else(|| "127.0.0.1:2333".into());
         let listen = listen_text.parse::<SocketAddr>().map_err(|_| {
             bad(
                 "listen",
                 format!("'{listen_text}' is not an address like 127.0.0.1:2333"),
             )
         })?;
-        let warehouse_text = args
-            .warehouse
-            .or(file.warehouse)
-            .unwrap_or_else(|| "./warehouse".into());
-        let warehouse = parse_warehouse(&warehouse_text)?;
-        let endpoint = args.s3_endpoint.or(file.s3_endpoint);
-        if let Some(e) = &endpoint {
+        let warehouse = parse_warehouse(&s.warehouse.unwrap_or_else(|| "./warehouse".into()))?;
+        if let Some(e) = &s.s3_endpoint {
             check_url("s3-endpoint", e)?;
         }
-        let client_endpoint = args.client_endpoint.or(file.client_endpoint);
-        if let Some(e) = &client_endpoint {
+        if let Some(e) = &s.client_endpoint {
             check_url("client-endpoint", e)?;
         }
         let s3 = S3Settings {
-            endpoint,
-            region: args.s3_region.or(file.s3_region),
-            access_key_id: args.s3_access_key_id.or(file.s3_access_key_id),
-            secret_access_key: args.s3_secret_access_key.or(file.s3_secret_access_key),
-            path_style: !args
-                .s3_virtual_hosted
-                .or(file.s3_virtual_hosted)
-                .unwrap_or(false),
+            endpoint: s.s3_endpoint,
+            region: s.s3_region,
+            access_key_id: s.s3_access_key_id,
+            secret_access_key: s.s3_secret_access_key,
+            path_style: !s.s3_virtual_hosted.unwrap_or(false),
         };
         if s3.access_key_id.is_some() != s3.secret_access_key.is_some() {
             return Err(bad(
@@ -240,51 +425,135 @@ impl Config {
                 "give both the access key id and the secret access key, or neither",
             ));
         }
-        let credentials = args
-            .credentials
-            .or(file.credentials)
-            .unwrap_or(CredentialPolicy::None);
-        let client_access_key_id = args.client_access_key_id.or(file.client_access_key_id);
-        let client_secret_access_key = args
-            .client_secret_access_key
-            .or(file.client_secret_access_key);
+        let credentials = s.credentials.unwrap_or(CredentialPolicy::None);
         if credentials == CredentialPolicy::Static
-            && (client_access_key_id.is_none() || client_secret_access_key.is_none())
+            && (s.client_access_key_id.is_none() || s.client_secret_access_key.is_none())
         {
             return Err(bad(
                 "credentials",
                 "the static policy needs client-access-key-id and client-secret-access-key",
             ));
         }
-        let max_body_bytes = args
-            .max_body_bytes
-            .or(file.max_body_bytes)
-            .unwrap_or(16 * 1024 * 1024);
+        let sts = match credentials {
+            CredentialPolicy::Sts => {
+                if matches!(warehouse, WarehouseUri::Local(_)) {
+                    return Err(bad("credentials", "the sts policy needs an S3 warehouse"));
+                }
+                let role_arn = s
+                    .sts_role_arn
+                    .filter(|r| !r.trim().is_empty())
+                    .ok_or_else(|| bad("sts-role-arn", "the sts policy needs a role to assume"))?;
+                if let Some(e) = &s.sts_endpoint {
+                    check_url("sts-endpoint", e)?;
+                }
+                let secs = s.sts_duration_secs.unwrap_or(3600);
+                if !(900..=43200).contains(&secs) {
+                    return Err(bad(
+                        "sts-duration-secs",
+                        "must be between 900 and 43200 (what STS accepts)",
+                    ));
+                }
+                Some(StsSettings {
+                    endpoint: s.sts_endpoint,
+                    role_arn,
+                    duration: Duration::from_secs(secs),
+                })
+            }
+            _ => None,
+        };
+        let oidc = match (s.oidc_issuer, s.oidc_audience) {
+            (None, None) => None,
+            (Some(issuer), Some(audience)) => {
+                check_url("oidc-issuer", &issuer)?;
+                if let Some(u) = &s.oidc_jwks_url {
+                    check_url("oidc-jwks-url", u)?;
+                }
+                Some(OidcSettings {
+                    issuer,
+                    audience,
+                    jwks_url: s.oidc_jwks_url,
+                    principal_claim: s.oidc_principal_claim.unwrap_or_else(|| "sub".into()),
+                    groups_claim: s.oidc_groups_claim.unwrap_or_else(|| "groups".into()),
+                })
+            }
+            (Some(_), None) => {
+                return Err(bad(
+                    "oidc-audience",
+                    "an OIDC issuer needs the audience its tokens must name",
+                ));
+            }
+            (None, Some(_)) => return Err(bad("oidc-issuer", "an audience needs its issuer")),
+        };
+        let tls = match (s.tls_cert, s.tls_key) {
+            (None, None) => {
+                if s.tls_client_ca.is_some() {
+                    return Err(bad(
+                        "tls-client-ca",
+                        "client certificates need TLS: set tls-cert and tls-key",
+                    ));
+                }
+                None
+            }
+            (Some(cert), Some(key)) => Some(TlsSettings {
+                cert,
+                key,
+                client_ca: s.tls_client_ca,
+                client_cert_optional: s.tls_client_cert_optional.unwrap_or(false),
+            }),
+            _ => {
+                return Err(bad(
+                    "tls-cert",
+                    "give both tls-cert and tls-key, or neither",
+                ));
+            }
+        };
+        let auth = AuthSettings {
+            api_keys: s.api_keys,
+            oidc,
+            allow_anonymous: s.allow_anonymous.unwrap_or(false),
+        };
+        // A gateway that hands out keys to anyone who can reach it must be a choice.
+        let vends_keys = credentials != CredentialPolicy::None;
+        if vends_keys
+            && !listen.ip().is_loopback()
+            && !auth.enabled(tls.as_ref())
+            && !auth.allow_anonymous
+        {
+            return Err(bad(
+                "allow-anonymous",
+                format!(
+                    "listening on {listen}, a non-loopback address, while vending {credentials:?} credentials and authenticating no one: configure api-keys, oidc-issuer or tls-client-ca, or set allow-anonymous=true to serve anyone on purpose"
+                ),
+            ));
+        }
+        if s.grants.is_some() && !auth.enabled(tls.as_ref()) && !auth.allow_anonymous {
+            return Err(bad(
+                "grants",
+                "grants need callers to authenticate: configure api-keys, oidc-issuer or tls-client-ca (or allow-anonymous=true to grant to `anonymous`)",
+            ));
+        }
+        let max_body_bytes = s.max_body_bytes.unwrap_or(16 * 1024 * 1024);
         if max_body_bytes < 1024 {
             return Err(bad("max-body-bytes", "must be at least 1024"));
         }
-        let timeout = args
-            .request_timeout_secs
-            .or(file.request_timeout_secs)
-            .unwrap_or(30);
-        if timeout == 0 {
-            return Err(bad("request-timeout-secs", "must be at least 1"));
-        }
-        let grace = args
-            .recovery_grace_secs
-            .or(file.recovery_grace_secs)
-            .unwrap_or(120);
+        let timeout = positive("request-timeout-secs", s.request_timeout_secs, 30)?;
+        let grace = s.recovery_grace_secs.unwrap_or(120);
         if grace < 2 {
             return Err(bad("recovery-grace-secs", "must be at least 2"));
         }
-        let interval = args
-            .recovery_interval_secs
-            .or(file.recovery_interval_secs)
-            .unwrap_or(60);
-        if interval == 0 {
-            return Err(bad("recovery-interval-secs", "must be at least 1"));
-        }
-        let node_id = match args.node_id.or(file.node_id) {
+        let interval = positive("recovery-interval-secs", s.recovery_interval_secs, 60)?;
+        let limits = ConnectionLimits {
+            header_timeout: Duration::from_secs(positive(
+                "header-timeout-secs",
+                s.header_timeout_secs,
+                10,
+            )?),
+            max_connections: match s.max_connections.unwrap_or(1024) {
+                0 => return Err(bad("max-connections", "must be at least 1")),
+                n => n,
+            },
+        };
+        let node_id = match s.node_id {
             Some(id)
                 if id.trim().is_empty() || id.len() > 200 || id.chars().any(char::is_control) =>
             {
@@ -297,20 +566,23 @@ impl Config {
             listen,
             warehouse,
             s3,
-            client_endpoint,
+            client_endpoint: s.client_endpoint,
             credentials,
-            client_access_key_id,
-            client_secret_access_key,
+            client_access_key_id: s.client_access_key_id,
+            client_secret_access_key: s.client_secret_access_key,
+            sts,
+            auth,
+            grants: s.grants,
+            tls,
+            audit_log: s.audit_log.filter(|a| !a.trim().is_empty()),
             max_body_bytes,
             request_timeout: Duration::from_secs(timeout),
+            limits,
             recovery_grace: Duration::from_secs(grace),
             recovery_interval: Duration::from_secs(interval),
-            fs_sync: args.fs_sync.or(file.fs_sync).unwrap_or(true),
+            fs_sync: s.fs_sync.unwrap_or(true),
             node_id,
-            log_format: args
-                .log_format
-                .or(file.log_format)
-                .unwrap_or(LogFormat::Text),
+            log_format: s.log_format.unwrap_or(LogFormat::Text),
         })
     }
 }
@@ -383,6 +655,13 @@ pub fn parse_warehouse(text: &str) -> Result<WarehouseUri, ConfigError> {
 mod tests {
     use super::*;
 
+    fn load(settings: Settings) -> Result<Config, ConfigError> {
+        Config::load(ServeArgs {
+            config: None,
+            settings,
+        })
+    }
+
     #[test]
     fn warehouse_forms() {
         assert_eq!(parse_warehouse("s3://").unwrap(), WarehouseUri::S3Endpoint);
@@ -416,39 +695,112 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_setting() {
-        let err = Config::load(ServeArgs {
-            listen: Some("nope".into()),
-            ..Default::default()
-        })
-        .unwrap_err();
-        assert_eq!(err.setting, "listen");
-        let err = Config::load(ServeArgs {
-            credentials: Some(CredentialPolicy::Static),
-            ..Default::default()
-        })
-        .unwrap_err();
-        assert_eq!(err.setting, "credentials");
-        let err = Config::load(ServeArgs {
-            s3_endpoint: Some("localhost:9000".into()),
-            ..Default::default()
-        })
-        .unwrap_err();
-        assert_eq!(err.setting, "s3-endpoint");
+        let cases: Vec<(Settings, &str)> = vec![
+            (
+                Settings {
+                    listen: Some("nope".into()),
+                    ..Default::default()
+                },
+                "listen",
+            ),
+            (
+                Settings {
+                    credentials: Some(CredentialPolicy::Static),
+                    ..Default::default()
+                },
+                "credentials",
+            ),
+            (
+                Settings {
+                    s3_endpoint: Some("localhost:9000".into()),
+                    ..Default::default()
+                },
+                "s3-endpoint",
+            ),
+            (
+                Settings {
+                    warehouse: Some("s3://bkt".into()),
+                    credentials: Some(CredentialPolicy::Sts),
+                    ..Default::default()
+                },
+                "sts-role-arn",
+            ),
+            (
+                Settings {
+                    oidc_issuer: Some("https://idp.example".into()),
+                    ..Default::default()
+                },
+                "oidc-audience",
+            ),
+            (
+                Settings {
+                    tls_cert: Some("c.pem".into()),
+                    ..Default::default()
+                },
+                "tls-cert",
+            ),
+            (
+                Settings {
+                    grants: Some("g.toml".into()),
+                    ..Default::default()
+                },
+                "grants",
+            ),
+        ];
+        for (settings, setting) in cases {
+            assert_eq!(load(settings).unwrap_err().setting, setting);
+        }
     }
 
     #[test]
-    fn flags_win_over_the_file() {
+    fn vending_keys_to_anyone_on_a_public_address_must_be_deliberate() {
+        let open = Settings {
+            listen: Some("0.0.0.0:2333".into()),
+            warehouse: Some("s3://bkt".into()),
+            credentials: Some(CredentialPolicy::Gateway),
+            ..Default::default()
+        };
+        let err = load(open.clone()).unwrap_err();
+        assert_eq!(err.setting, "allow-anonymous");
+        assert!(err.message.contains("api-keys"), "{}", err.message);
+        assert!(
+            load(Settings {
+                allow_anonymous: Some(true),
+                ..open.clone()
+            })
+            .is_ok()
+        );
+        assert!(
+            load(Settings {
+                api_keys: Some("keys".into()),
+                ..open.clone()
+            })
+            .is_ok()
+        );
+        assert!(
+            load(Settings {
+                listen: Some("127.0.0.1:2333".into()),
+                ..open
+            })
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_secrets_do_not_print() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gw.toml");
         std::fs::write(
             &path,
-            "listen = \"127.0.0.1:9999\"\nwarehouse = \"s3://filebkt\"\n",
+            "listen = \"127.0.0.1:9999\"\nwarehouse = \"s3://filebkt\"\ns3_access_key_id = \"AK\"\ns3_secret_access_key = \"topsecret\"\n",
         )
         .unwrap();
         let cfg = Config::load(ServeArgs {
             config: Some(path.clone()),
-            listen: Some("127.0.0.1:1".into()),
-            ..Default::default()
+            settings: Settings {
+                listen: Some("127.0.0.1:1".into()),
+                ..Default::default()
+            },
         })
         .unwrap();
         assert_eq!(cfg.listen.port(), 1);
@@ -459,11 +811,16 @@ mod tests {
                 prefix: String::new()
             }
         );
+        assert_eq!(
+            cfg.s3.secret_access_key.as_ref().map(Secret::expose),
+            Some("topsecret")
+        );
+        assert!(!format!("{cfg:?}").contains("topsecret"));
         std::fs::write(&path, "listn = \"x\"\n").unwrap();
         assert_eq!(
             Config::load(ServeArgs {
                 config: Some(path),
-                ..Default::default()
+                settings: Settings::default(),
             })
             .unwrap_err()
             .setting,

@@ -17,6 +17,8 @@ pub enum Code {
     TableVersionNotFound = 11,
     InvalidInput = 13,
     ConcurrentModification = 14,
+    PermissionDenied = 15,
+    Unauthenticated = 16,
     ServiceUnavailable = 17,
     Internal = 18,
 }
@@ -32,6 +34,8 @@ impl Code {
             | Code::TableAlreadyExists
             | Code::ConcurrentModification => 409,
             Code::InvalidInput => 400,
+            Code::PermissionDenied => 403,
+            Code::Unauthenticated => 401,
             Code::ServiceUnavailable => 503,
             Code::Internal => 500,
         }
@@ -110,6 +114,12 @@ impl Error {
     }
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(Code::ServiceUnavailable, message)
+    }
+    pub fn permission_denied(message: impl Into<String>) -> Self {
+        Self::new(Code::PermissionDenied, message)
+    }
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(Code::Unauthenticated, message)
     }
     /// An internal failure: the client sees only `message`; `cause` goes to the log.
     pub fn internal(message: impl Into<String>, cause: impl fmt::Display) -> Self {

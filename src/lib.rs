@@ -3,11 +3,15 @@
 //! HTTP (`api`) -> rules (`catalog`) -> objects (`store`), with `vend` and `data` beside.
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod api;
+pub mod audit;
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod data;
 pub mod error;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod vend;

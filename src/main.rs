@@ -1,12 +1,29 @@
 //! The command line: parse, load the configuration, serve. Nothing else.
 
 use clap::Parser;
-use lance_gateway::config::{Cli, Command, Config, LogFormat};
+use lance_gateway::config::{Cli, Command, Config, KeysCommand, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 fn main() {
     let cli = Cli::parse();
-    let Command::Serve(args) = cli.command;
+    let args = match cli.command {
+        Command::Serve(args) => *args,
+        Command::Keys(KeysCommand::Create { principal, groups }) => {
+            match lance_gateway::auth::keys::create(&principal, &groups) {
+                Ok((key, line)) => {
+                    println!("API key for {principal} (hand it over; it is not stored anywhere):");
+                    println!("{key}");
+                    println!("Add this line to the --api-keys file:");
+                    println!("{line}");
+                    std::process::exit(0);
+                }
+                Err(e) => {
+                    eprintln!("lance-gateway: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
+    };
     let config = match Config::load(args) {
         Ok(config) => config,
         Err(e) => {

@@ -1,14 +1,27 @@
-//! Wiring: from a validated `Config` to a running server.
+//! Wiring: from a validated `Config` to a running server. `build_parts` makes the store and
+//! the vendors; `serve` adds the catalog, authentication, grants, audit log and TLS, and
+//! runs the accept loop: at most `max-connections` connections at once, a TLS handshake and
+//! every request's headers bounded by `header-timeout-secs` (which also closes a kept-alive
+//! connection that sits idle that long), files picked up again when they change or on
+//! SIGHUP, and a graceful shutdown on SIGTERM and Ctrl-C.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use aws_config::{BehaviorVersion, Region};
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
+use axum::body::Body;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tower::{Service, ServiceExt};
 
+use crate::access::Grants;
 use crate::api::{self, AppState, Limits};
+use crate::audit::Audit;
+use crate::auth::{ApiKeys, Authenticator, Oidc, PeerIdentity};
 use crate::catalog::layout::{Layout, Warehouse};
 use crate::catalog::{Catalog, Settings, recovery};
 use crate::config::{Config, CredentialPolicy, WarehouseUri};
@@ -16,7 +29,9 @@ use crate::data::LanceDatasets;
 use crate::store::Store;
 use crate::store::fs::FsStore;
 use crate::store::s3::{S3Root, S3Store};
+use crate::tls::Tls;
 use crate::vend::Vendor;
+use crate::vend::sts::Sts;
 
 /// What the gateway is built from: the store, its layout, and the two vendors (one for
 /// clients, one for the gateway's own reads of datasets).
@@ -54,7 +69,7 @@ pub async fn build_parts(config: &Config) -> Result<Parts, String> {
             if let (Some(id), Some(secret)) = (&s3.access_key_id, &s3.secret_access_key) {
                 loader = loader.credentials_provider(Credentials::new(
                     id,
-                    secret,
+                    secret.expose(),
                     None,
                     None,
                     "lance-gateway-config",
@@ -95,17 +110,36 @@ pub async fn build_parts(config: &Config) -> Result<Parts, String> {
             let client_keys = config
                 .client_access_key_id
                 .clone()
-                .zip(config.client_secret_access_key.clone());
+                .zip(config.client_secret_access_key.clone())
+                .map(|(id, secret)| (id, secret.expose().to_string()));
             let client_endpoint = config.client_endpoint.clone().or_else(|| endpoint.clone());
-            let client_vendor = Vendor::s3(
-                client_endpoint.as_deref(),
-                &region,
-                s3.path_style,
-                config.credentials,
-                client_keys,
-                own_keys.clone(),
-            )
-            .map_err(|e| format!("invalid setting `credentials`: {}", e.message))?;
+            let vendor = |policy| {
+                Vendor::s3(
+                    client_endpoint.as_deref(),
+                    &region,
+                    s3.path_style,
+                    policy,
+                    client_keys.clone(),
+                    own_keys.clone(),
+                )
+                .map_err(|e| format!("invalid setting `credentials`: {}", e.message))
+            };
+            let client_vendor = match &config.sts {
+                Some(sts) => {
+                    let mut sts_conf = aws_sdk_sts::config::Builder::from(&sdk)
+                        .region(Region::new(region.clone()));
+                    if let Some(e) = sts.endpoint.clone().or_else(|| endpoint.clone()) {
+                        sts_conf = sts_conf.endpoint_url(e);
+                    }
+                    let client = aws_sdk_sts::Client::from_conf(sts_conf.build());
+                    vendor(CredentialPolicy::None)?.with_sts(Sts::new(
+                        client,
+                        sts.role_arn.clone(),
+                        sts.duration,
+                    ))
+                }
+                None => vendor(config.credentials)?,
+            };
             let own_access = match own_keys {
                 Some(keys) => Vendor::s3(
                     endpoint.as_deref(),
@@ -135,13 +169,129 @@ pub async fn build_parts(config: &Config) -> Result<Parts, String> {
     }
 }
 
+/// Who authenticates callers and what they may do, from the configuration.
+struct Security {
+    auth: Authenticator,
+    grants: Arc<Grants>,
+    tls: Option<Arc<Tls>>,
+    audit: Audit,
+}
+
+fn security(config: &Config) -> Result<Security, String> {
+    let keys = match &config.auth.api_keys {
+        Some(path) => Some(Arc::new(ApiKeys::from_file(path).map_err(|e| {
+            format!("invalid setting `api-keys`: {}: {e}", path.display())
+        })?)),
+        None => None,
+    };
+    let oidc = match &config.auth.oidc {
+        Some(settings) => Some(
+            Oidc::new(settings.clone())
+                .map_err(|e| format!("invalid setting `oidc-issuer`: {e}"))?,
+        ),
+        None => None,
+    };
+    let tls = match &config.tls {
+        Some(settings) => Some(Arc::new(
+            Tls::load(settings.clone()).map_err(|e| format!("invalid setting `tls-cert`: {e}"))?,
+        )),
+        None => None,
+    };
+    let grants = match &config.grants {
+        Some(path) => Grants::from_file(path)
+            .map_err(|e| format!("invalid setting `grants`: {}: {e}", path.display()))?,
+        None => Grants::open(),
+    };
+    let audit = match &config.audit_log {
+        Some(dest) => Audit::open(dest).map_err(|e| format!("invalid setting `audit-log`: {e}"))?,
+        None => Audit::off(),
+    };
+    Ok(Security {
+        auth: Authenticator {
+            keys,
+            oidc,
+            certificates: tls.as_ref().is_some_and(|t| t.verifies_clients()),
+            allow_anonymous: config.auth.allow_anonymous,
+        },
+        grants: Arc::new(grants),
+        tls,
+        audit,
+    })
+}
+
+/// Reloads the grants, the API keys and the TLS files when one of them changes (checked
+/// every second) and on SIGHUP.
+/// Files, and what to do when one of them changes.
+type Watched = Vec<(Vec<PathBuf>, Box<dyn Fn() + Send + Sync>)>;
+
+fn watch_files(grants: Arc<Grants>, keys: Option<Arc<ApiKeys>>, tls: Option<Arc<Tls>>) {
+    let mut watched: Watched = Vec::new();
+    if let Some(path) = grants.path().map(|p| p.to_path_buf()) {
+        let g = grants.clone();
+        watched.push((vec![path], Box::new(move || g.reload())));
+    }
+    if let Some(keys) = keys {
+        let path = keys.path().to_path_buf();
+        watched.push((vec![path], Box::new(move || keys.reload())));
+    }
+    if let Some(tls) = tls {
+        let paths = tls.paths();
+        watched.push((paths, Box::new(move || tls.reload())));
+    }
+    if watched.is_empty() {
+        return;
+    }
+    let stamp = |paths: &[PathBuf]| -> Vec<Option<(SystemTime, u64)>> {
+        paths
+            .iter()
+            .map(|p| {
+                std::fs::metadata(p)
+                    .ok()
+                    .and_then(|m| Some((m.modified().ok()?, m.len())))
+            })
+            .collect()
+    };
+    tokio::spawn(async move {
+        let mut stamps: Vec<_> = watched.iter().map(|(p, _)| stamp(p)).collect();
+        #[cfg(unix)]
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        loop {
+            #[cfg(unix)]
+            let hung_up = async {
+                match hangup.as_mut() {
+                    Some(h) => {
+                        h.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hung_up = std::future::pending::<()>();
+            let all = tokio::select! {
+                _ = hung_up => true,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+            };
+            for (i, (paths, reload)) in watched.iter().enumerate() {
+                let now = stamp(paths);
+                if all || now != stamps[i] {
+                    stamps[i] = now;
+                    reload();
+                }
+            }
+        }
+    });
+}
+
 /// Opens the catalog, starts the recovery sweeper and serves until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Result<(), String> {
+    let security = security(&config)?;
     let catalog = Catalog::open(
         parts.store,
         parts.layout,
         Arc::new(LanceDatasets::new(parts.own_access)),
-        Settings::new(config.recovery_grace, config.node_id.clone()),
+        Settings::new(config.recovery_grace, config.node_id.clone())
+            .with_grants(security.grants.clone()),
     )
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;
@@ -161,9 +311,16 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
             }
         })
     };
+    watch_files(
+        security.grants.clone(),
+        security.auth.keys.clone(),
+        security.tls.clone(),
+    );
     let state = AppState {
         catalog,
         vendor: Arc::new(parts.client_vendor),
+        auth: Arc::new(security.auth),
+        audit: Arc::new(security.audit),
     };
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
@@ -172,14 +329,144 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     let app = tower::ServiceBuilder::new()
         .map_request(api::normalize_path)
         .service(api::router(state, &limits));
-    tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), warehouse = ?config.warehouse, node = %config.node_id, "lance-gateway serving");
-    let result = axum::serve(listener, tower::make::Shared::new(app))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| format!("server failed: {e}"));
+    tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), warehouse = ?config.warehouse, node = %config.node_id, tls = security.tls.is_some(), "lance-gateway serving");
+    accept_loop(
+        listener,
+        app,
+        security.tls,
+        config.limits.header_timeout,
+        config.limits.max_connections,
+    )
+    .await;
     sweeper.abort();
     tracing::info!("lance-gateway stopped");
-    result
+    Ok(())
+}
+
+/// Accepts connections until shutdown, then lets those open finish what they are doing.
+async fn accept_loop<S>(
+    listener: TcpListener,
+    app: S,
+    tls: Option<Arc<Tls>>,
+    header_timeout: Duration,
+    max_connections: usize,
+) where
+    S: Service<axum::http::Request<Body>, Response = axum::response::Response>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: std::fmt::Display + Send,
+{
+    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let (tcp, _) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let (app, tls, stopped) = (app.clone(), tls.clone(), stopped.clone());
+        connections.spawn(async move {
+            let _permit = permit;
+            match tls {
+                None => {
+                    serve_connection(TokioIo::new(tcp), None, app, header_timeout, stopped).await
+                }
+                Some(tls) => {
+                    let accepted =
+                        tokio::time::timeout(header_timeout, tls.acceptor().accept(tcp)).await;
+                    let Ok(Ok(stream)) = accepted else {
+                        return;
+                    };
+                    let peer = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|certs| certs.first())
+                        .and_then(crate::tls::common_name)
+                        .map(PeerIdentity);
+                    serve_connection(TokioIo::new(stream), peer, app, header_timeout, stopped).await
+                }
+            }
+        });
+        // Forget connections that are done.
+        while connections.try_join_next().is_some() {}
+    }
+    let _ = stop.send(true);
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(30), drained)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open 30 s after shutdown began; closing them");
+    }
+}
+
+async fn serve_connection<I, S>(
+    io: TokioIo<I>,
+    peer: Option<PeerIdentity>,
+    app: S,
+    header_timeout: Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: Service<axum::http::Request<Body>, Response = axum::response::Response>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: std::fmt::Display + Send,
+{
+    let service =
+        hyper::service::service_fn(move |req: axum::http::Request<hyper::body::Incoming>| {
+            let mut req = req.map(Body::new);
+            if let Some(peer) = &peer {
+                req.extensions_mut().insert(peer.clone());
+            }
+            let app = app.clone();
+            async move {
+                app.oneshot(req)
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            }
+        });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(io, service);
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(e) = result
+                && !e.is_timeout()
+                && !e.is_incomplete_message()
+            {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        _ = stopped.changed() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
 }
 
 async fn shutdown_signal() {

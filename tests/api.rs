@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use arrow_array::{Int64Array, RecordBatch, RecordBatchIterator};
-use lance_gateway::config::{Config, CredentialPolicy, ServeArgs};
+use lance_gateway::config::{Config, CredentialPolicy, ServeArgs, Settings};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -15,8 +15,12 @@ struct Gateway {
     _dir: Option<tempfile::TempDir>,
 }
 
-async fn start(args: ServeArgs, dir: Option<tempfile::TempDir>) -> Gateway {
-    let config = Config::load(args).expect("valid config");
+async fn start(settings: Settings, dir: Option<tempfile::TempDir>) -> Gateway {
+    let config = Config::load(ServeArgs {
+        config: None,
+        settings,
+    })
+    .expect("valid config");
     let parts = lance_gateway::server::build_parts(&config)
         .await
         .expect("parts");
@@ -32,7 +36,7 @@ async fn start(args: ServeArgs, dir: Option<tempfile::TempDir>) -> Gateway {
 
 async fn local() -> Gateway {
     let dir = tempfile::tempdir().unwrap();
-    let args = ServeArgs {
+    let args = Settings {
         warehouse: Some(dir.path().join("wh").to_string_lossy().into_owned()),
         max_body_bytes: Some(4096),
         ..Default::default()
@@ -450,15 +454,15 @@ async fn s3_warehouse_vends_complete_storage_options() {
     let env = common::s3_env();
     let client = common::s3_client(&env).await;
     let bucket = common::fresh_bucket(&client, "api").await;
-    let args = ServeArgs {
+    let args = Settings {
         warehouse: Some(format!("s3://{bucket}/wh")),
         s3_endpoint: Some(env.endpoint.clone()),
         s3_region: Some("us-east-1".into()),
         s3_access_key_id: Some(env.access_key.clone()),
-        s3_secret_access_key: Some(env.secret_key.clone()),
+        s3_secret_access_key: Some(env.secret_key.parse().unwrap()),
         credentials: Some(CredentialPolicy::Static),
         client_access_key_id: Some("client-key".into()),
-        client_secret_access_key: Some("client-secret".into()),
+        client_secret_access_key: Some("client-secret".parse().unwrap()),
         ..Default::default()
     };
     let gw = start(args, None).await;
@@ -505,8 +509,11 @@ async fn s3_warehouse_vends_complete_storage_options() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_configuration_names_the_setting() {
     let err = Config::load(ServeArgs {
-        warehouse: Some("ftp://x".into()),
-        ..Default::default()
+        config: None,
+        settings: Settings {
+            warehouse: Some("ftp://x".into()),
+            ..Default::default()
+        },
     })
     .unwrap_err();
     assert_eq!(err.setting, "warehouse");

@@ -3,6 +3,8 @@
 
 mod common;
 
+use lance_gateway::access::Ctx;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +51,7 @@ async fn open(store: Arc<dyn Store>, warehouse: Warehouse, grace: Duration) -> A
 async fn scratch_namespace(cat: &Catalog, base: &[String], tag: &str) -> Vec<String> {
     let mut ns = base.to_vec();
     ns.push(common::unique(tag));
-    cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
+    cat.create_namespace(&Ctx::internal(), &ns, CreateMode::Create, HashMap::new())
         .await
         .unwrap();
     ns
@@ -57,7 +59,7 @@ async fn scratch_namespace(cat: &Catalog, base: &[String], tag: &str) -> Vec<Str
 
 /// Drops a scenario's namespace with everything in it; it must succeed.
 async fn remove_namespace(cat: &Catalog, ns: &[String]) {
-    cat.drop_namespace(ns, DropMode::Fail, DropBehavior::Cascade)
+    cat.drop_namespace(&Ctx::internal(), ns, DropMode::Fail, DropBehavior::Cascade)
         .await
         .unwrap();
 }
@@ -73,24 +75,50 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
     let props: HashMap<String, String> = [("owner".to_string(), "ml".to_string())].into();
 
     // namespaces: create, modes, nesting, describe
-    cat.create_namespace(&with(&["ml"]), CreateMode::Create, props.clone())
-        .await
-        .unwrap();
+    cat.create_namespace(
+        &Ctx::internal(),
+        &with(&["ml"]),
+        CreateMode::Create,
+        props.clone(),
+    )
+    .await
+    .unwrap();
     let err = cat
-        .create_namespace(&with(&["ml"]), CreateMode::Create, HashMap::new())
+        .create_namespace(
+            &Ctx::internal(),
+            &with(&["ml"]),
+            CreateMode::Create,
+            HashMap::new(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::NamespaceAlreadyExists);
     let kept = cat
-        .create_namespace(&with(&["ml"]), CreateMode::ExistOk, HashMap::new())
+        .create_namespace(
+            &Ctx::internal(),
+            &with(&["ml"]),
+            CreateMode::ExistOk,
+            HashMap::new(),
+        )
         .await
         .unwrap();
     assert_eq!(kept, props, "ExistOk returns the existing properties");
-    assert_eq!(cat.describe_namespace(&with(&["ml"])).await.unwrap(), props);
-    cat.create_namespace(&with(&["ml", "deep"]), CreateMode::Create, HashMap::new())
-        .await
-        .unwrap();
+    assert_eq!(
+        cat.describe_namespace(&Ctx::internal(), &with(&["ml"]))
+            .await
+            .unwrap(),
+        props
+    );
     cat.create_namespace(
+        &Ctx::internal(),
+        &with(&["ml", "deep"]),
+        CreateMode::Create,
+        HashMap::new(),
+    )
+    .await
+    .unwrap();
+    cat.create_namespace(
+        &Ctx::internal(),
         &with(&["ml", "deep", "er"]),
         CreateMode::Create,
         HashMap::new(),
@@ -99,6 +127,7 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
     .unwrap();
     let err = cat
         .create_namespace(
+            &Ctx::internal(),
             &with(&["nope", "child"]),
             CreateMode::Create,
             HashMap::new(),
@@ -107,7 +136,7 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
         .unwrap_err();
     assert_eq!(err.code, Code::NamespaceNotFound, "parent must exist");
     assert_eq!(
-        cat.list_namespaces(&with(&["ml"]), None, None)
+        cat.list_namespaces(&Ctx::internal(), &with(&["ml"]), None, None)
             .await
             .unwrap()
             .items,
@@ -116,49 +145,79 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
 
     // tables: declare, duplicate, describe, list
     let t = cat
-        .declare_table(&with(&["ml", "emb"]), None, HashMap::new())
+        .declare_table(
+            &Ctx::internal(),
+            &with(&["ml", "emb"]),
+            None,
+            HashMap::new(),
+        )
         .await
         .unwrap();
     assert!(t.location.ends_with("ml/emb.lance"), "{}", t.location);
     let err = cat
-        .declare_table(&with(&["ml", "emb"]), None, HashMap::new())
+        .declare_table(
+            &Ctx::internal(),
+            &with(&["ml", "emb"]),
+            None,
+            HashMap::new(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::TableAlreadyExists);
     let err = cat
-        .declare_table(&with(&["gone", "t"]), None, HashMap::new())
+        .declare_table(
+            &Ctx::internal(),
+            &with(&["gone", "t"]),
+            None,
+            HashMap::new(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::NamespaceNotFound);
     // ...and leaves nothing behind: once the namespace exists, the same declare gets the
     // plain folder (the failed one's claim on it was released).
-    cat.create_namespace(&with(&["gone"]), CreateMode::Create, HashMap::new())
-        .await
-        .unwrap();
+    cat.create_namespace(
+        &Ctx::internal(),
+        &with(&["gone"]),
+        CreateMode::Create,
+        HashMap::new(),
+    )
+    .await
+    .unwrap();
     let t2 = cat
-        .declare_table(&with(&["gone", "t"]), None, HashMap::new())
+        .declare_table(
+            &Ctx::internal(),
+            &with(&["gone", "t"]),
+            None,
+            HashMap::new(),
+        )
         .await
         .unwrap();
     assert!(t2.location.ends_with("gone/t.lance"), "{}", t2.location);
-    cat.drop_namespace(&with(&["gone"]), DropMode::Fail, DropBehavior::Cascade)
-        .await
-        .unwrap();
+    cat.drop_namespace(
+        &Ctx::internal(),
+        &with(&["gone"]),
+        DropMode::Fail,
+        DropBehavior::Cascade,
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        cat.describe_table(&with(&["ml", "emb"]))
+        cat.describe_table(&Ctx::internal(), &with(&["ml", "emb"]))
             .await
             .unwrap()
             .location,
         t.location
     );
     assert_eq!(
-        cat.describe_table(&with(&["ml", "x"]))
+        cat.describe_table(&Ctx::internal(), &with(&["ml", "x"]))
             .await
             .unwrap_err()
             .code,
         Code::TableNotFound
     );
     assert_eq!(
-        cat.describe_table(&with(&["zz", "x"]))
+        cat.describe_table(&Ctx::internal(), &with(&["zz", "x"]))
             .await
             .unwrap_err()
             .code,
@@ -173,23 +232,39 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
     let cell = base.first().map(|b| format!("{b}/")).unwrap_or_default();
     let loc = cat.layout().uri_of(&format!("{cell}custom/place.lance"));
     let c = cat
-        .declare_table(&with(&["ml", "custom"]), Some(&loc), HashMap::new())
+        .declare_table(
+            &Ctx::internal(),
+            &with(&["ml", "custom"]),
+            Some(&loc),
+            HashMap::new(),
+        )
         .await
         .unwrap();
     assert_eq!(c.location, loc);
     let nested = format!("{loc}/inner");
     let err = cat
-        .declare_table(&with(&["ml", "nested"]), Some(&nested), HashMap::new())
+        .declare_table(
+            &Ctx::internal(),
+            &with(&["ml", "nested"]),
+            Some(&nested),
+            HashMap::new(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::InvalidInput, "{err}");
     let err = cat
-        .declare_table(&with(&["ml", "same"]), Some(&loc), HashMap::new())
+        .declare_table(
+            &Ctx::internal(),
+            &with(&["ml", "same"]),
+            Some(&loc),
+            HashMap::new(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::InvalidInput);
     let err = cat
         .declare_table(
+            &Ctx::internal(),
             &with(&["ml", "esc"]),
             Some("s3://elsewhere/x/../y"),
             HashMap::new(),
@@ -198,7 +273,7 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
         .unwrap_err();
     assert_eq!(err.code, Code::InvalidInput);
     assert_eq!(
-        cat.describe_table(&with(&["ml", "nested"]))
+        cat.describe_table(&Ctx::internal(), &with(&["ml", "nested"]))
             .await
             .unwrap_err()
             .code,
@@ -208,12 +283,17 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
 
     // pagination: every name exactly once, whatever the limit
     for i in 0..7 {
-        cat.declare_table(&with(&["ml", &format!("p{i}")]), None, HashMap::new())
-            .await
-            .unwrap();
+        cat.declare_table(
+            &Ctx::internal(),
+            &with(&["ml", &format!("p{i}")]),
+            None,
+            HashMap::new(),
+        )
+        .await
+        .unwrap();
     }
     let all = cat
-        .list_tables(&with(&["ml"]), None, None, true)
+        .list_tables(&Ctx::internal(), &with(&["ml"]), None, None, true)
         .await
         .unwrap();
     assert_eq!(all.items.len(), 9);
@@ -223,7 +303,13 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
         let mut token: Option<String> = None;
         loop {
             let page = cat
-                .list_tables(&with(&["ml"]), token.as_deref(), Some(limit), true)
+                .list_tables(
+                    &Ctx::internal(),
+                    &with(&["ml"]),
+                    token.as_deref(),
+                    Some(limit),
+                    true,
+                )
                 .await
                 .unwrap();
             assert!(page.items.len() <= limit);
@@ -236,106 +322,149 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
         assert_eq!(seen, all.items, "limit {limit}");
     }
     let declared_only = cat
-        .list_tables(&with(&["ml"]), None, None, false)
+        .list_tables(&Ctx::internal(), &with(&["ml"]), None, None, false)
         .await
         .unwrap();
     assert!(
         declared_only.items.is_empty(),
         "include_declared=false hides tables without data"
     );
-    let everything = cat.list_all_tables("$", None, None, true).await.unwrap();
+    let everything = cat
+        .list_all_tables(&Ctx::internal(), "$", None, None, true)
+        .await
+        .unwrap();
     assert!(everything.items.contains(&with(&["ml", "emb"]).join("$")));
 
     // rename within and across namespaces; the location does not move
-    cat.rename_table(&with(&["ml", "emb"]), &with(&["ml", "emb2"]))
-        .await
-        .unwrap();
+    cat.rename_table(
+        &Ctx::internal(),
+        &with(&["ml", "emb"]),
+        &with(&["ml", "emb2"]),
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        cat.describe_table(&with(&["ml", "emb"]))
+        cat.describe_table(&Ctx::internal(), &with(&["ml", "emb"]))
             .await
             .unwrap_err()
             .code,
         Code::TableNotFound
     );
     assert_eq!(
-        cat.describe_table(&with(&["ml", "emb2"]))
+        cat.describe_table(&Ctx::internal(), &with(&["ml", "emb2"]))
             .await
             .unwrap()
             .location,
         t.location
     );
-    cat.rename_table(&with(&["ml", "emb2"]), &with(&["ml", "deep", "emb3"]))
-        .await
-        .unwrap();
+    cat.rename_table(
+        &Ctx::internal(),
+        &with(&["ml", "emb2"]),
+        &with(&["ml", "deep", "emb3"]),
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        cat.describe_table(&with(&["ml", "deep", "emb3"]))
+        cat.describe_table(&Ctx::internal(), &with(&["ml", "deep", "emb3"]))
             .await
             .unwrap()
             .location,
         t.location
     );
     let err = cat
-        .rename_table(&with(&["ml", "p0"]), &with(&["ml", "p1"]))
+        .rename_table(&Ctx::internal(), &with(&["ml", "p0"]), &with(&["ml", "p1"]))
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::TableAlreadyExists);
     let err = cat
-        .rename_table(&with(&["ml", "p0"]), &with(&["nowhere", "p0"]))
+        .rename_table(
+            &Ctx::internal(),
+            &with(&["ml", "p0"]),
+            &with(&["nowhere", "p0"]),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::NamespaceNotFound);
     // the old name can be declared again, and gets a folder of its own
     let again = cat
-        .declare_table(&with(&["ml", "emb"]), None, HashMap::new())
+        .declare_table(
+            &Ctx::internal(),
+            &with(&["ml", "emb"]),
+            None,
+            HashMap::new(),
+        )
         .await
         .unwrap();
     assert_ne!(again.location, t.location);
 
     // drop namespace: restrict refuses, skip tolerates, cascade empties
     let err = cat
-        .drop_namespace(&with(&["ml"]), DropMode::Fail, DropBehavior::Restrict)
+        .drop_namespace(
+            &Ctx::internal(),
+            &with(&["ml"]),
+            DropMode::Fail,
+            DropBehavior::Restrict,
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::NamespaceNotEmpty);
     assert_eq!(
-        cat.drop_namespace(&with(&["none"]), DropMode::Fail, DropBehavior::Restrict)
-            .await
-            .unwrap_err()
-            .code,
+        cat.drop_namespace(
+            &Ctx::internal(),
+            &with(&["none"]),
+            DropMode::Fail,
+            DropBehavior::Restrict
+        )
+        .await
+        .unwrap_err()
+        .code,
         Code::NamespaceNotFound
     );
-    cat.drop_namespace(&with(&["none"]), DropMode::Skip, DropBehavior::Restrict)
+    cat.drop_namespace(
+        &Ctx::internal(),
+        &with(&["none"]),
+        DropMode::Skip,
+        DropBehavior::Restrict,
+    )
+    .await
+    .unwrap();
+    // deregister keeps data; drop deletes it
+    let dereg = cat
+        .drop_table(&Ctx::internal(), &with(&["ml", "p0"]), false)
         .await
         .unwrap();
-    // deregister keeps data; drop deletes it
-    let dereg = cat.drop_table(&with(&["ml", "p0"]), false).await.unwrap();
     assert_eq!(
-        cat.describe_table(&with(&["ml", "p0"]))
+        cat.describe_table(&Ctx::internal(), &with(&["ml", "p0"]))
             .await
             .unwrap_err()
             .code,
         Code::TableNotFound
     );
     let _ = dereg;
-    cat.drop_namespace(&with(&["ml"]), DropMode::Fail, DropBehavior::Cascade)
-        .await
-        .unwrap();
+    cat.drop_namespace(
+        &Ctx::internal(),
+        &with(&["ml"]),
+        DropMode::Fail,
+        DropBehavior::Cascade,
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        cat.describe_namespace(&with(&["ml"]))
+        cat.describe_namespace(&Ctx::internal(), &with(&["ml"]))
             .await
             .unwrap_err()
             .code,
         Code::NamespaceNotFound
     );
     assert_eq!(
-        cat.describe_table(&with(&["ml", "deep", "emb3"]))
+        cat.describe_table(&Ctx::internal(), &with(&["ml", "deep", "emb3"]))
             .await
             .unwrap_err()
             .code,
         Code::NamespaceNotFound
     );
     assert!(
-        cat.list_all_tables("$", None, None, true)
+        cat.list_all_tables(&Ctx::internal(), "$", None, None, true)
             .await
             .unwrap()
             .items
@@ -344,30 +473,55 @@ async fn rules(cat: Arc<Catalog>, base: Vec<String>) {
     );
 
     // Overwrite: replaces properties of an empty namespace, refuses a non-empty one
-    cat.create_namespace(&with(&["ow"]), CreateMode::Create, props.clone())
-        .await
-        .unwrap();
+    cat.create_namespace(
+        &Ctx::internal(),
+        &with(&["ow"]),
+        CreateMode::Create,
+        props.clone(),
+    )
+    .await
+    .unwrap();
     let fresh: HashMap<String, String> = [("k".to_string(), "v".to_string())].into();
     assert_eq!(
-        cat.create_namespace(&with(&["ow"]), CreateMode::Overwrite, fresh.clone())
+        cat.create_namespace(
+            &Ctx::internal(),
+            &with(&["ow"]),
+            CreateMode::Overwrite,
+            fresh.clone()
+        )
+        .await
+        .unwrap(),
+        fresh
+    );
+    assert_eq!(
+        cat.describe_namespace(&Ctx::internal(), &with(&["ow"]))
             .await
             .unwrap(),
         fresh
     );
-    assert_eq!(cat.describe_namespace(&with(&["ow"])).await.unwrap(), fresh);
-    cat.declare_table(&with(&["ow", "t"]), None, HashMap::new())
+    cat.declare_table(&Ctx::internal(), &with(&["ow", "t"]), None, HashMap::new())
         .await
         .unwrap();
     assert_eq!(
-        cat.create_namespace(&with(&["ow"]), CreateMode::Overwrite, HashMap::new())
-            .await
-            .unwrap_err()
-            .code,
+        cat.create_namespace(
+            &Ctx::internal(),
+            &with(&["ow"]),
+            CreateMode::Overwrite,
+            HashMap::new()
+        )
+        .await
+        .unwrap_err()
+        .code,
         Code::NamespaceNotEmpty
     );
-    cat.drop_namespace(&with(&["ow"]), DropMode::Fail, DropBehavior::Cascade)
-        .await
-        .unwrap();
+    cat.drop_namespace(
+        &Ctx::internal(),
+        &with(&["ow"]),
+        DropMode::Fail,
+        DropBehavior::Cascade,
+    )
+    .await
+    .unwrap();
 }
 
 /// 32 concurrent declares of one name: exactly one success, every other a TableAlreadyExists.
@@ -380,7 +534,8 @@ async fn declare_race(cat: Arc<Catalog>, base: Vec<String>) {
         let cat = cat.clone();
         let table = table.clone();
         tasks.push(tokio::spawn(async move {
-            cat.declare_table(&table, None, HashMap::new()).await
+            cat.declare_table(&Ctx::internal(), &table, None, HashMap::new())
+                .await
         }));
     }
     let (mut ok, mut exists) = (0, 0);
@@ -399,7 +554,7 @@ async fn create_drop_race(cat: Arc<Catalog>, base: Vec<String>) {
     for round in 0..8 {
         let mut ns = base.clone();
         ns.push(format!("{}{round}", common::unique("cd")));
-        cat.create_namespace(&ns, CreateMode::Create, HashMap::new())
+        cat.create_namespace(&Ctx::internal(), &ns, CreateMode::Create, HashMap::new())
             .await
             .unwrap();
         let mut tasks = Vec::new();
@@ -408,15 +563,22 @@ async fn create_drop_race(cat: Arc<Catalog>, base: Vec<String>) {
             let mut t = ns.clone();
             t.push(format!("t{i}"));
             tasks.push(tokio::spawn(async move {
-                let _ = cat.declare_table(&t, None, HashMap::new()).await;
+                let _ = cat
+                    .declare_table(&Ctx::internal(), &t, None, HashMap::new())
+                    .await;
             }));
         }
         let dropper = {
             let cat = cat.clone();
             let ns = ns.clone();
             tokio::spawn(async move {
-                cat.drop_namespace(&ns, DropMode::Fail, DropBehavior::Restrict)
-                    .await
+                cat.drop_namespace(
+                    &Ctx::internal(),
+                    &ns,
+                    DropMode::Fail,
+                    DropBehavior::Restrict,
+                )
+                .await
             })
         };
         for t in tasks {
@@ -424,7 +586,7 @@ async fn create_drop_race(cat: Arc<Catalog>, base: Vec<String>) {
         }
         let dropped = dropper.await.unwrap().is_ok();
         let listed = cat
-            .list_all_tables("$", None, None, true)
+            .list_all_tables(&Ctx::internal(), "$", None, None, true)
             .await
             .unwrap()
             .items;
@@ -436,7 +598,7 @@ async fn create_drop_race(cat: Arc<Catalog>, base: Vec<String>) {
                 "tables {under:?} left under dropped namespace"
             );
         } else {
-            assert!(cat.namespace_exists(&ns).await.is_ok());
+            assert!(cat.namespace_exists(&Ctx::internal(), &ns).await.is_ok());
         }
     }
 }
@@ -450,7 +612,9 @@ async fn walk_during_creates(cat: Arc<Catalog>, base: Vec<String>) {
         let name = format!("b{i:02}");
         let mut t = ns.clone();
         t.push(name.clone());
-        cat.declare_table(&t, None, HashMap::new()).await.unwrap();
+        cat.declare_table(&Ctx::internal(), &t, None, HashMap::new())
+            .await
+            .unwrap();
         before.push(name);
     }
     let writer = {
@@ -462,7 +626,9 @@ async fn walk_during_creates(cat: Arc<Catalog>, base: Vec<String>) {
                 for name in [format!("a{i:02}"), format!("b{i:02}x"), format!("c{i:02}")] {
                     let mut t = ns.clone();
                     t.push(name);
-                    cat.declare_table(&t, None, HashMap::new()).await.unwrap();
+                    cat.declare_table(&Ctx::internal(), &t, None, HashMap::new())
+                        .await
+                        .unwrap();
                 }
             }
         })
@@ -471,7 +637,7 @@ async fn walk_during_creates(cat: Arc<Catalog>, base: Vec<String>) {
     let mut token: Option<String> = None;
     loop {
         let page = cat
-            .list_tables(&ns, token.as_deref(), Some(2), true)
+            .list_tables(&Ctx::internal(), &ns, token.as_deref(), Some(2), true)
             .await
             .unwrap();
         seen.extend(page.items);
@@ -572,6 +738,7 @@ async fn rules_on_s3_endpoint_mode() {
     let bucket = format!("lg-ep-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     // Creating a level-1 namespace creates its bucket.
     cat.create_namespace(
+        &Ctx::internal(),
         std::slice::from_ref(&bucket),
         CreateMode::Create,
         HashMap::new(),
@@ -579,7 +746,7 @@ async fn rules_on_s3_endpoint_mode() {
     .await
     .unwrap();
     assert!(
-        cat.list_namespaces(&[], None, None)
+        cat.list_namespaces(&Ctx::internal(), &[], None, None)
             .await
             .unwrap()
             .items
@@ -588,14 +755,14 @@ async fn rules_on_s3_endpoint_mode() {
     // A bucket without a catalog is not a namespace.
     let plain = common::fresh_bucket(&client, "plain").await;
     assert!(
-        !cat.list_namespaces(&[], None, None)
+        !cat.list_namespaces(&Ctx::internal(), &[], None, None)
             .await
             .unwrap()
             .items
             .contains(&plain)
     );
     assert_eq!(
-        cat.declare_table(&id(&["t"]), None, HashMap::new())
+        cat.declare_table(&Ctx::internal(), &id(&["t"]), None, HashMap::new())
             .await
             .unwrap_err()
             .code,
@@ -612,6 +779,7 @@ async fn rules_on_s3_endpoint_mode() {
         .await
         .unwrap();
     cat.drop_namespace(
+        &Ctx::internal(),
         std::slice::from_ref(&bucket),
         DropMode::Fail,
         DropBehavior::Cascade,
@@ -623,7 +791,7 @@ async fn rules_on_s3_endpoint_mode() {
         "a bucket holding objects is kept"
     );
     assert!(
-        !cat.list_namespaces(&[], None, None)
+        !cat.list_namespaces(&Ctx::internal(), &[], None, None)
             .await
             .unwrap()
             .items
@@ -631,6 +799,7 @@ async fn rules_on_s3_endpoint_mode() {
     );
     let empty = format!("lg-ep-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     cat.create_namespace(
+        &Ctx::internal(),
         std::slice::from_ref(&empty),
         CreateMode::Create,
         HashMap::new(),
@@ -638,6 +807,7 @@ async fn rules_on_s3_endpoint_mode() {
     .await
     .unwrap();
     cat.drop_namespace(
+        &Ctx::internal(),
         std::slice::from_ref(&empty),
         DropMode::Fail,
         DropBehavior::Restrict,

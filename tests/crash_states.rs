@@ -7,6 +7,8 @@
 
 mod common;
 
+use lance_gateway::access::Ctx;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,7 +116,7 @@ async fn world(kind: Kind) -> World {
     };
     let cat = open(store.clone(), warehouse.clone(), NODE).await;
     if !base.is_empty() {
-        cat.create_namespace(&base, CreateMode::Create, HashMap::new())
+        cat.create_namespace(&Ctx::internal(), &base, CreateMode::Create, HashMap::new())
             .await
             .unwrap();
     }
@@ -158,7 +160,7 @@ impl World {
     async fn namespace(&self, name: &str) -> Vec<String> {
         let ns = self.id(&[name]);
         self.cat
-            .create_namespace(&ns, CreateMode::Create, HashMap::new())
+            .create_namespace(&Ctx::internal(), &ns, CreateMode::Create, HashMap::new())
             .await
             .unwrap();
         ns
@@ -166,7 +168,7 @@ impl World {
 
     async fn declare(&self, id: &[String]) -> TableRecord {
         self.cat
-            .declare_table(id, None, HashMap::new())
+            .declare_table(&Ctx::internal(), id, None, HashMap::new())
             .await
             .unwrap()
     }
@@ -314,20 +316,26 @@ async fn killed_rename_before_commit_is_rolled_back_under_a_deregister(w: World)
     w.put(&key, &intent).await;
     w.mark(&t0, &intent, &key).await;
 
-    let gone = w.cat.drop_table(&t0, false).await.unwrap();
+    let gone = w
+        .cat
+        .drop_table(&Ctx::internal(), &t0, false)
+        .await
+        .unwrap();
     assert_eq!(gone.uid, rec.uid);
     w.sweep().await;
     assert_eq!(
-        w.code_of(w.cat.describe_table(&t3).await).await,
+        w.code_of(w.cat.describe_table(&Ctx::internal(), &t3).await)
+            .await,
         Code::TableNotFound
     );
     assert_eq!(
-        w.code_of(w.cat.describe_table(&t0).await).await,
+        w.code_of(w.cat.describe_table(&Ctx::internal(), &t0).await)
+            .await,
         Code::TableNotFound
     );
     assert!(
         w.cat
-            .list_tables(&ns, None, None, true)
+            .list_tables(&Ctx::internal(), &ns, None, None, true)
             .await
             .unwrap()
             .items
@@ -344,7 +352,7 @@ async fn killed_rename_before_commit_is_rolled_back_under_a_deregister(w: World)
     );
     let again = w
         .cat
-        .declare_table(&t3, Some(&rec.location), HashMap::new())
+        .declare_table(&Ctx::internal(), &t3, Some(&rec.location), HashMap::new())
         .await
         .unwrap();
     assert_eq!(again.location, rec.location);
@@ -365,24 +373,33 @@ async fn killed_rename_after_commit_is_finished_first(w: World) {
 
     // Before anything else happens, readers see the source: the rename's linearization
     // point is the source's delete.
-    assert_eq!(w.cat.describe_table(&t0).await.unwrap().uid, rec.uid);
     assert_eq!(
-        w.code_of(w.cat.describe_table(&t3).await).await,
+        w.cat
+            .describe_table(&Ctx::internal(), &t0)
+            .await
+            .unwrap()
+            .uid,
+        rec.uid
+    );
+    assert_eq!(
+        w.code_of(w.cat.describe_table(&Ctx::internal(), &t3).await)
+            .await,
         Code::TableNotFound
     );
     // The deregister finishes the rename's deciding step, then finds nothing to remove.
     assert_eq!(
-        w.code_of(w.cat.drop_table(&t0, false).await).await,
+        w.code_of(w.cat.drop_table(&Ctx::internal(), &t0, false).await)
+            .await,
         Code::TableNotFound
     );
-    let moved = w.cat.describe_table(&t3).await.unwrap();
+    let moved = w.cat.describe_table(&Ctx::internal(), &t3).await.unwrap();
     assert_eq!(
         (moved.uid.as_str(), moved.location.as_str()),
         (rec.uid.as_str(), rec.location.as_str())
     );
     assert_eq!(
         w.cat
-            .list_tables(&ns, None, None, true)
+            .list_tables(&Ctx::internal(), &ns, None, None, true)
             .await
             .unwrap()
             .items,
@@ -414,10 +431,17 @@ async fn killed_rename_after_the_source_went_is_visible(w: World) {
         .delete(&w.cat.table_key(&t0).unwrap(), Condition::None)
         .await
         .unwrap();
-    assert_eq!(w.cat.describe_table(&t3).await.unwrap().uid, rec.uid);
     assert_eq!(
         w.cat
-            .list_tables(&ns, None, None, true)
+            .describe_table(&Ctx::internal(), &t3)
+            .await
+            .unwrap()
+            .uid,
+        rec.uid
+    );
+    assert_eq!(
+        w.cat
+            .list_tables(&Ctx::internal(), &ns, None, None, true)
             .await
             .unwrap()
             .items,
@@ -425,7 +449,7 @@ async fn killed_rename_after_the_source_went_is_visible(w: World) {
     );
     assert_eq!(
         w.cat
-            .list_tables(&ns, None, Some(1), true)
+            .list_tables(&Ctx::internal(), &ns, None, Some(1), true)
             .await
             .unwrap()
             .items,
@@ -433,21 +457,30 @@ async fn killed_rename_after_the_source_went_is_visible(w: World) {
     );
     assert!(
         w.cat
-            .list_all_tables("$", None, None, true)
+            .list_all_tables(&Ctx::internal(), "$", None, None, true)
             .await
             .unwrap()
             .items
             .contains(&t3.join("$"))
     );
     assert_eq!(
-        w.code_of(w.cat.declare_table(&t3, None, HashMap::new()).await)
-            .await,
+        w.code_of(
+            w.cat
+                .declare_table(&Ctx::internal(), &t3, None, HashMap::new())
+                .await
+        )
+        .await,
         Code::TableAlreadyExists
     );
     assert_eq!(
         w.code_of(
             w.cat
-                .drop_namespace(&ns, DropMode::Fail, DropBehavior::Restrict)
+                .drop_namespace(
+                    &Ctx::internal(),
+                    &ns,
+                    DropMode::Fail,
+                    DropBehavior::Restrict
+                )
                 .await
         )
         .await,
@@ -471,23 +504,36 @@ async fn live_rename_makes_rivals_wait_and_conflict(w: World) {
     w.put(&key, &intent).await;
     w.mark(&s, &intent, &key).await;
     for result in [
-        w.cat.drop_table(&s, false).await.map(|_| ()),
-        w.cat.rename_table(&s, &w.id(&["n0", "u"])).await,
         w.cat
-            .declare_table(&t, None, HashMap::new())
+            .drop_table(&Ctx::internal(), &s, false)
+            .await
+            .map(|_| ()),
+        w.cat
+            .rename_table(&Ctx::internal(), &s, &w.id(&["n0", "u"]))
+            .await,
+        w.cat
+            .declare_table(&Ctx::internal(), &t, None, HashMap::new())
             .await
             .map(|_| ()),
     ] {
         assert_eq!(result.unwrap_err().code, Code::ConcurrentModification);
     }
-    assert_eq!(w.cat.describe_table(&s).await.unwrap().uid, rec.uid);
     assert_eq!(
-        w.code_of(w.cat.table_exists(&t).await).await,
+        w.cat
+            .describe_table(&Ctx::internal(), &s)
+            .await
+            .unwrap()
+            .uid,
+        rec.uid
+    );
+    assert_eq!(
+        w.code_of(w.cat.table_exists(&Ctx::internal(), &t).await)
+            .await,
         Code::TableNotFound
     );
     assert_eq!(
         w.cat
-            .list_tables(&ns, None, None, true)
+            .list_tables(&Ctx::internal(), &ns, None, None, true)
             .await
             .unwrap()
             .items,
@@ -496,8 +542,15 @@ async fn live_rename_makes_rivals_wait_and_conflict(w: World) {
     // Its node restarts: the rename is rolled back at once, and the rivals go through.
     let restarted = w.restart_killed().await;
     recovery::sweep(&restarted).await.unwrap();
-    w.cat.rename_table(&s, &t).await.unwrap();
-    assert_eq!(w.cat.describe_table(&t).await.unwrap().uid, rec.uid);
+    w.cat.rename_table(&Ctx::internal(), &s, &t).await.unwrap();
+    assert_eq!(
+        w.cat
+            .describe_table(&Ctx::internal(), &t)
+            .await
+            .unwrap()
+            .uid,
+        rec.uid
+    );
     assert!(w.intents_left().await.is_empty());
 }
 
@@ -510,17 +563,18 @@ async fn two_renames_of_one_table_end_with_one_name(w: World) {
     let (intent, key) = rename_intent(&w, &s, &a, &rec, IntentState::Prepared, false);
     w.put(&key, &intent).await;
     w.mark(&s, &intent, &key).await;
-    w.cat.rename_table(&s, &b).await.unwrap();
+    w.cat.rename_table(&Ctx::internal(), &s, &b).await.unwrap();
     w.sweep().await;
     let all = w
         .cat
-        .list_tables(&ns, None, None, true)
+        .list_tables(&Ctx::internal(), &ns, None, None, true)
         .await
         .unwrap()
         .items;
     assert_eq!(all, vec!["b"]);
     assert_eq!(
-        w.code_of(w.cat.describe_table(&a).await).await,
+        w.code_of(w.cat.describe_table(&Ctx::internal(), &a).await)
+            .await,
         Code::TableNotFound
     );
     assert!(w.intents_left().await.is_empty());
@@ -539,18 +593,22 @@ async fn killed_drop_before_commit_is_rolled_back(w: World) {
     w.put(&key, &intent).await;
     w.mark(&t, &intent, &key).await;
     assert_eq!(
-        w.cat.describe_table(&t).await.unwrap().uid,
+        w.cat
+            .describe_table(&Ctx::internal(), &t)
+            .await
+            .unwrap()
+            .uid,
         rec.uid,
         "not dropped yet"
     );
-    w.cat.drop_table(&t, true).await.unwrap();
+    w.cat.drop_table(&Ctx::internal(), &t, true).await.unwrap();
     w.sweep().await;
     assert!(!w.exists(&data).await);
     assert!(!w.exists(&w.claim_key(&rec)).await);
     assert!(w.intents_left().await.is_empty());
     let again = w
         .cat
-        .declare_table(&t, Some(&rec.location), HashMap::new())
+        .declare_table(&Ctx::internal(), &t, Some(&rec.location), HashMap::new())
         .await
         .unwrap();
     assert_eq!(again.location, rec.location);
@@ -567,11 +625,13 @@ async fn killed_drop_after_commit_is_finished(w: World) {
     w.put(&key, &intent).await;
     w.mark(&t, &intent, &key).await;
     assert_eq!(
-        w.code_of(w.cat.drop_table(&t, true).await).await,
+        w.code_of(w.cat.drop_table(&Ctx::internal(), &t, true).await)
+            .await,
         Code::TableNotFound
     );
     assert_eq!(
-        w.code_of(w.cat.describe_table(&t).await).await,
+        w.code_of(w.cat.describe_table(&Ctx::internal(), &t).await)
+            .await,
         Code::TableNotFound
     );
     w.sweep().await;
@@ -600,7 +660,7 @@ async fn killed_cascade_and_a_table_drop_leak_no_claim(w: World) {
     ns_record["mark"] = json!({"op_id": ns_intent.op_id, "intent": ns_key});
     w.put(&ns_record_key, &ns_record).await;
 
-    w.cat.drop_table(&t, true).await.unwrap();
+    w.cat.drop_table(&Ctx::internal(), &t, true).await.unwrap();
     w.sweep().await;
     assert!(!w.exists(&w.claim_key(&rec)).await, "the claim leaked");
     assert!(
@@ -610,7 +670,7 @@ async fn killed_cascade_and_a_table_drop_leak_no_claim(w: World) {
     );
     let again = w
         .cat
-        .declare_table(&t, Some(&rec.location), HashMap::new())
+        .declare_table(&Ctx::internal(), &t, Some(&rec.location), HashMap::new())
         .await
         .unwrap();
     assert_eq!(again.location, rec.location);
@@ -631,9 +691,9 @@ async fn racing_drops_of_one_table_drop_it_once(w: World) {
             other.clone()
         };
         let t = t.clone();
-        tasks.push(tokio::spawn(
-            async move { cat.drop_table(&t, i % 3 == 0).await },
-        ));
+        tasks.push(tokio::spawn(async move {
+            cat.drop_table(&Ctx::internal(), &t, i % 3 == 0).await
+        }));
     }
     let mut ok = 0;
     for task in tasks {
@@ -679,17 +739,22 @@ async fn rival_of_a_live_create_is_told_to_retry(w: World) {
     let pending = w.cat.table_pending_key(&t).unwrap();
     w.put(&pending, &staged).await;
     assert_eq!(
-        w.code_of(w.cat.declare_table(&t, None, HashMap::new()).await)
-            .await,
+        w.code_of(
+            w.cat
+                .declare_table(&Ctx::internal(), &t, None, HashMap::new())
+                .await
+        )
+        .await,
         Code::ConcurrentModification
     );
     assert_eq!(
-        w.code_of(w.cat.table_exists(&t).await).await,
+        w.code_of(w.cat.table_exists(&Ctx::internal(), &t).await)
+            .await,
         Code::TableNotFound
     );
     assert!(
         w.cat
-            .list_tables(&ns, None, None, true)
+            .list_tables(&Ctx::internal(), &ns, None, None, true)
             .await
             .unwrap()
             .items
@@ -703,7 +768,7 @@ async fn rival_of_a_live_create_is_told_to_retry(w: World) {
     assert_eq!(
         w.code_of(
             w.cat
-                .create_namespace(&child, CreateMode::Create, HashMap::new())
+                .create_namespace(&Ctx::internal(), &child, CreateMode::Create, HashMap::new())
                 .await
         )
         .await,
@@ -712,21 +777,32 @@ async fn rival_of_a_live_create_is_told_to_retry(w: World) {
     assert_eq!(
         w.code_of(
             w.cat
-                .create_namespace(&child, CreateMode::ExistOk, HashMap::new())
+                .create_namespace(
+                    &Ctx::internal(),
+                    &child,
+                    CreateMode::ExistOk,
+                    HashMap::new()
+                )
                 .await
         )
         .await,
         Code::ConcurrentModification
     );
     assert_eq!(
-        w.code_of(w.cat.namespace_exists(&child).await).await,
+        w.code_of(w.cat.namespace_exists(&Ctx::internal(), &child).await)
+            .await,
         Code::NamespaceNotFound
     );
     // A namespace drop waits for them too, then answers 409 code 14 (they may yet fail).
     assert_eq!(
         w.code_of(
             w.cat
-                .drop_namespace(&ns, DropMode::Fail, DropBehavior::Restrict)
+                .drop_namespace(
+                    &Ctx::internal(),
+                    &ns,
+                    DropMode::Fail,
+                    DropBehavior::Restrict
+                )
                 .await
         )
         .await,
@@ -738,7 +814,7 @@ async fn rival_of_a_live_create_is_told_to_retry(w: World) {
     let made = w.declare(&t).await;
     assert_ne!(made.uid, "inflight");
     w.cat
-        .create_namespace(&child, CreateMode::Create, HashMap::new())
+        .create_namespace(&Ctx::internal(), &child, CreateMode::Create, HashMap::new())
         .await
         .unwrap();
     assert!(w.intents_left().await.is_empty());
@@ -780,26 +856,39 @@ async fn committed_create_is_visible_before_it_is_published(w: World) {
     w.put(&w.cat.table_pending_key(&t).unwrap(), &intent).await;
 
     assert_eq!(
-        w.cat.describe_table(&t).await.unwrap().properties,
+        w.cat
+            .describe_table(&Ctx::internal(), &t)
+            .await
+            .unwrap()
+            .properties,
         record.properties
     );
     assert_eq!(
         w.cat
-            .list_tables(&ns, None, None, true)
+            .list_tables(&Ctx::internal(), &ns, None, None, true)
             .await
             .unwrap()
             .items,
         vec!["t"]
     );
     assert_eq!(
-        w.code_of(w.cat.declare_table(&t, None, HashMap::new()).await)
-            .await,
+        w.code_of(
+            w.cat
+                .declare_table(&Ctx::internal(), &t, None, HashMap::new())
+                .await
+        )
+        .await,
         Code::TableAlreadyExists
     );
     assert_eq!(
         w.code_of(
             w.cat
-                .drop_namespace(&ns, DropMode::Fail, DropBehavior::Restrict)
+                .drop_namespace(
+                    &Ctx::internal(),
+                    &ns,
+                    DropMode::Fail,
+                    DropBehavior::Restrict
+                )
                 .await
         )
         .await,
@@ -808,7 +897,7 @@ async fn committed_create_is_visible_before_it_is_published(w: World) {
     w.sweep().await;
     assert!(w.exists(&w.cat.table_key(&t).unwrap()).await);
     assert!(w.intents_left().await.is_empty());
-    w.cat.drop_table(&t, true).await.unwrap();
+    w.cat.drop_table(&Ctx::internal(), &t, true).await.unwrap();
     assert!(
         !w.exists(&Layout::location_claim_key(&w.cell(), &data_key))
             .await
@@ -852,13 +941,14 @@ async fn uncommitted_creates_are_rolled_back(w: World) {
         .await;
     for name in ["a", "b"] {
         assert_eq!(
-            w.code_of(w.cat.describe_table(&table(name)).await).await,
+            w.code_of(w.cat.describe_table(&Ctx::internal(), &table(name)).await)
+                .await,
             Code::TableNotFound
         );
     }
     assert_eq!(
         w.cat
-            .list_tables(&ns, None, None, true)
+            .list_tables(&Ctx::internal(), &ns, None, None, true)
             .await
             .unwrap()
             .items,
@@ -870,13 +960,17 @@ async fn uncommitted_creates_are_rolled_back(w: World) {
     assert!(!w.exists(&w.claim_key(&staged("a"))).await);
     assert!(w.exists(&w.claim_key(&staged("c"))).await);
     assert_eq!(
-        w.cat.describe_table(&table("c")).await.unwrap().uid,
+        w.cat
+            .describe_table(&Ctx::internal(), &table("c"))
+            .await
+            .unwrap()
+            .uid,
         "crashedc"
     );
     assert!(w.intents_left().await.is_empty());
     // c keeps its folder through a rename; a new table of its old name gets another.
     w.cat
-        .rename_table(&table("c"), &table("c_moved"))
+        .rename_table(&Ctx::internal(), &table("c"), &table("c_moved"))
         .await
         .unwrap();
     let c2 = w.declare(&table("c")).await;
@@ -909,8 +1003,12 @@ async fn restarted_node_settles_its_own_namespace_drop_at_once(w: World) {
     // Another node's sweep leaves it: it is not stale.
     w.sweep().await;
     assert_eq!(
-        w.code_of(w.cat.declare_table(&t, None, HashMap::new()).await)
-            .await,
+        w.code_of(
+            w.cat
+                .declare_table(&Ctx::internal(), &t, None, HashMap::new())
+                .await
+        )
+        .await,
         Code::ConcurrentModification
     );
     let restarted = w.restart_killed().await;
@@ -969,7 +1067,8 @@ async fn format_1_leftovers_settle_conservatively(w: World) {
     w.sweep().await;
     assert!(!w.exists(&claim("a")).await);
     assert_eq!(
-        w.code_of(w.cat.describe_table(&id("r")).await).await,
+        w.code_of(w.cat.describe_table(&Ctx::internal(), &id("r")).await)
+            .await,
         Code::TableNotFound
     );
     assert!(
@@ -1021,8 +1120,8 @@ async fn a_record_never_returns_to_an_old_tag(w: World) {
     w.declare(&a).await;
     let key = w.cat.table_key(&a).unwrap();
     let before = w.store.get(&key).await.unwrap().unwrap();
-    w.cat.rename_table(&a, &b).await.unwrap();
-    w.cat.rename_table(&b, &a).await.unwrap();
+    w.cat.rename_table(&Ctx::internal(), &a, &b).await.unwrap();
+    w.cat.rename_table(&Ctx::internal(), &b, &a).await.unwrap();
     let after = w.store.get(&key).await.unwrap().unwrap();
     assert_ne!(before.etag, after.etag);
     let stale = w
@@ -1069,11 +1168,22 @@ async fn a_settler_at_work_is_left_alone(w: World) {
     });
     let key = w.cat.table_pending_key(&t).unwrap();
     w.put(&key, &intent).await;
-    assert_eq!(w.cat.describe_table(&t).await.unwrap().uid, "settling");
+    assert_eq!(
+        w.cat
+            .describe_table(&Ctx::internal(), &t)
+            .await
+            .unwrap()
+            .uid,
+        "settling"
+    );
     let started = std::time::Instant::now();
     assert_eq!(
-        w.code_of(w.cat.declare_table(&t, None, HashMap::new()).await)
-            .await,
+        w.code_of(
+            w.cat
+                .declare_table(&Ctx::internal(), &t, None, HashMap::new())
+                .await
+        )
+        .await,
         Code::TableAlreadyExists
     );
     assert!(
@@ -1106,7 +1216,7 @@ async fn a_claim_being_released_is_no_refusal(w: World) {
         .unwrap();
     let rec = w
         .cat
-        .register_table(&t, &location, false, HashMap::new())
+        .register_table(&Ctx::internal(), &t, &location, false, HashMap::new())
         .await
         .unwrap();
     // A deregister committed and past its deciding step, its gateway killed before the claim
@@ -1120,7 +1230,7 @@ async fn a_claim_being_released_is_no_refusal(w: World) {
     assert_eq!(
         w.code_of(
             w.cat
-                .register_table(&u, &location, false, HashMap::new())
+                .register_table(&Ctx::internal(), &u, &location, false, HashMap::new())
                 .await
         )
         .await,
@@ -1130,7 +1240,7 @@ async fn a_claim_being_released_is_no_refusal(w: World) {
     recovery::sweep(&restarted).await.unwrap();
     assert_eq!(
         w.cat
-            .register_table(&u, &location, false, HashMap::new())
+            .register_table(&Ctx::internal(), &u, &location, false, HashMap::new())
             .await
             .unwrap()
             .location,
@@ -1145,23 +1255,35 @@ async fn overwrite_needs_an_empty_namespace(w: World) {
     let props = HashMap::from([("k".to_string(), "v".to_string())]);
     assert_eq!(
         w.cat
-            .create_namespace(&ns, CreateMode::Overwrite, props.clone())
+            .create_namespace(&Ctx::internal(), &ns, CreateMode::Overwrite, props.clone())
             .await
             .unwrap(),
         props
     );
-    assert_eq!(w.cat.describe_namespace(&ns).await.unwrap(), props);
+    assert_eq!(
+        w.cat
+            .describe_namespace(&Ctx::internal(), &ns)
+            .await
+            .unwrap(),
+        props
+    );
     w.declare(&[&ns[..], &["t".to_string()]].concat()).await;
     assert_eq!(
         w.code_of(
             w.cat
-                .create_namespace(&ns, CreateMode::Overwrite, HashMap::new())
+                .create_namespace(&Ctx::internal(), &ns, CreateMode::Overwrite, HashMap::new())
                 .await
         )
         .await,
         Code::NamespaceNotEmpty
     );
-    assert_eq!(w.cat.describe_namespace(&ns).await.unwrap(), props);
+    assert_eq!(
+        w.cat
+            .describe_namespace(&Ctx::internal(), &ns)
+            .await
+            .unwrap(),
+        props
+    );
     assert!(
         w.keys(&Layout::drops_prefix(&w.cell())).await.is_empty(),
         "the overwrite left its intent"

@@ -9,23 +9,31 @@ use lance_namespace::models::ErrorResponse;
 use crate::error::{Code, Error};
 
 tokio::task_local! {
-    /// The path of the request being served, reported as the error's `instance`.
-    pub static REQUEST_PATH: String;
+    /// The path and id of the request being served: the error's `instance`, and what a
+    /// client quotes when it reports a server error.
+    pub static REQUEST: (String, String);
 }
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        if self.code == Code::Internal || self.code == Code::ServiceUnavailable {
-            tracing::warn!(code = self.code as i32, error = %self.message, detail = ?self.detail, "request failed");
-        }
+        let (path, request_id) = REQUEST.try_with(Clone::clone).unwrap_or_default();
+        let server_side = self.code == Code::Internal || self.code == Code::ServiceUnavailable;
+        // A server-side failure is told to the client only by its safe message and the
+        // request id; what went wrong inside (store errors, paths, causes) goes to the log.
+        let detail = if server_side {
+            tracing::warn!(code = self.code as i32, error = %self.message, detail = ?self.detail, request_id, "request failed");
+            Some(format!("request id {request_id}"))
+        } else {
+            self.detail
+        };
         let body = ErrorResponse {
             context: None,
             error: Some(self.message),
             code: self.code as i32,
-            detail: self.detail,
-            instance: REQUEST_PATH.try_with(Clone::clone).ok(),
+            detail,
+            instance: Some(path).filter(|p| !p.is_empty()),
         };
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
         let mut response = (status, bytes).into_response();
@@ -37,6 +45,12 @@ impl IntoResponse for Error {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if self.code == Code::Unauthenticated {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"lance-gateway\""),
+            );
         }
         response
     }

@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod extract;
+pub mod guard;
 pub mod namespace;
 pub mod table;
 
@@ -20,6 +21,8 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
+use crate::audit::Audit;
+use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::error::Error;
 use crate::vend::Vendor;
@@ -28,6 +31,8 @@ use crate::vend::Vendor;
 pub struct AppState {
     pub catalog: Arc<Catalog>,
     pub vendor: Arc<Vendor>,
+    pub auth: Arc<Authenticator>,
+    pub audit: Arc<Audit>,
 }
 
 pub struct Limits {
@@ -35,7 +40,7 @@ pub struct Limits {
     pub request_timeout: Duration,
 }
 
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The spec's table routes that lance-gateway does not serve yet.
 const UNSERVED_TABLE_ROUTES: &[&str] = &[
@@ -112,8 +117,9 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
     routes
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
-        .with_state(state)
+        .with_state(state.clone())
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state, guard::guard))
         .layer(middleware::from_fn(move |req: Request, next: Next| with_timeout(req, next, timeout)))
         .layer(middleware::from_fn(scope_request_path))
         .layer(
@@ -143,10 +149,16 @@ where
         .map_err(|e| Error::internal("a catalog change failed", e))?
 }
 
-/// Runs the rest of the request with its path recorded for error bodies.
+/// Runs the rest of the request with its path and id recorded for error bodies.
 async fn scope_request_path(req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
-    error::REQUEST_PATH.scope(path, next.run(req)).await
+    let id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    error::REQUEST.scope((path, id), next.run(req)).await
 }
 
 async fn with_timeout(req: Request, next: Next, timeout: Duration) -> Response {
@@ -197,26 +209,49 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 
 async fn list_root_namespaces(
     state: State<AppState>,
+    ctx: crate::access::Ctx,
     query: extract::QueryOf<namespace::PageQuery>,
 ) -> Result<Json<lance_namespace::models::ListNamespacesResponse>, Error> {
     let target = extract::Target {
         id: Vec::new(),
         delimiter: ".".into(),
     };
-    namespace::list(state, target, query).await
+    namespace::list(state, ctx, target, query).await
 }
 
-async fn unsupported(method: Method, uri: Uri) -> Error {
-    Error::unsupported(format!(
+/// An answer to a request whose body the handler has no use for: the body is read and
+/// thrown away first (up to a bound; past it the connection is announced as closing), so
+/// the client's next request on the connection is not lost.
+async fn refuse_unread(error: Error, body: axum::body::Body) -> Response {
+    let drained = guard::drain(body).await;
+    let response = error.into_response();
+    if drained {
+        response
+    } else {
+        guard::closing(response)
+    }
+}
+
+async fn unsupported(method: Method, uri: Uri, body: axum::body::Body) -> Response {
+    let error = Error::unsupported(format!(
         "{method} {} is not supported by lance-gateway yet",
         uri.path()
-    ))
+    ));
+    refuse_unread(error, body).await
 }
 
-async fn no_route(method: Method, uri: Uri) -> Error {
-    Error::unsupported(format!("no such operation: {method} {}", uri.path()))
+async fn no_route(method: Method, uri: Uri, body: axum::body::Body) -> Response {
+    refuse_unread(
+        Error::unsupported(format!("no such operation: {method} {}", uri.path())),
+        body,
+    )
+    .await
 }
 
-async fn wrong_method(method: Method, uri: Uri) -> Error {
-    Error::unsupported(format!("{} does not take {method}", uri.path()))
+async fn wrong_method(method: Method, uri: Uri, body: axum::body::Body) -> Response {
+    refuse_unread(
+        Error::unsupported(format!("{} does not take {method}", uri.path())),
+        body,
+    )
+    .await
 }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::extract::{JsonBody, QueryOf, Target};
 use super::{AppState, detached};
+use crate::access::Ctx;
 use crate::catalog::{CreateMode, DropBehavior, DropMode};
 use crate::error::Result;
 
@@ -35,6 +36,7 @@ impl PageQuery {
 
 pub async fn create(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<CreateNamespaceRequest>,
 ) -> Result<Json<CreateNamespaceResponse>> {
@@ -43,7 +45,8 @@ pub async fn create(
     let (catalog, id) = (state.catalog.clone(), target.id.clone());
     let properties = req.properties.unwrap_or_default();
     let properties =
-        detached(async move { catalog.create_namespace(&id, mode, properties).await }).await?;
+        detached(async move { catalog.create_namespace(&ctx, &id, mode, properties).await })
+            .await?;
     Ok(Json(CreateNamespaceResponse {
         properties: Some(properties),
         ..Default::default()
@@ -52,12 +55,13 @@ pub async fn create(
 
 pub async fn list(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     QueryOf(q): QueryOf<PageQuery>,
 ) -> Result<Json<ListNamespacesResponse>> {
     let listing = state
         .catalog
-        .list_namespaces(&target.id, q.token(), q.limit())
+        .list_namespaces(&ctx, &target.id, q.token(), q.limit())
         .await?;
     Ok(Json(ListNamespacesResponse {
         namespaces: listing.items,
@@ -68,11 +72,12 @@ pub async fn list(
 
 pub async fn describe(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<DescribeNamespaceRequest>,
 ) -> Result<Json<DescribeNamespaceResponse>> {
     target.check_body_id(req.id.as_ref())?;
-    let properties = state.catalog.describe_namespace(&target.id).await?;
+    let properties = state.catalog.describe_namespace(&ctx, &target.id).await?;
     Ok(Json(DescribeNamespaceResponse {
         properties: Some(properties),
         ..Default::default()
@@ -81,6 +86,7 @@ pub async fn describe(
 
 pub async fn drop(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<DropNamespaceRequest>,
 ) -> Result<Json<DropNamespaceResponse>> {
@@ -88,29 +94,31 @@ pub async fn drop(
     let mode = DropMode::parse(req.mode.as_deref())?;
     let behavior = DropBehavior::parse(req.behavior.as_deref())?;
     let (catalog, id) = (state.catalog.clone(), target.id.clone());
-    detached(async move { catalog.drop_namespace(&id, mode, behavior).await }).await?;
+    detached(async move { catalog.drop_namespace(&ctx, &id, mode, behavior).await }).await?;
     Ok(Json(DropNamespaceResponse::default()))
 }
 
 pub async fn exists(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<NamespaceExistsRequest>,
 ) -> Result<StatusCode> {
     target.check_body_id(req.id.as_ref())?;
-    state.catalog.namespace_exists(&target.id).await?;
+    state.catalog.namespace_exists(&ctx, &target.id).await?;
     Ok(StatusCode::OK)
 }
 
 pub async fn list_tables(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     QueryOf(q): QueryOf<PageQuery>,
 ) -> Result<Json<ListTablesResponse>> {
     let include_declared = q.include_declared.unwrap_or(true);
     let listing = state
         .catalog
-        .list_tables(&target.id, q.token(), q.limit(), include_declared)
+        .list_tables(&ctx, &target.id, q.token(), q.limit(), include_declared)
         .await?;
     Ok(Json(ListTablesResponse {
         tables: listing.items,

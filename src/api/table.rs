@@ -15,11 +15,13 @@ use serde::Deserialize;
 use super::extract::{JsonBody, QueryOf, Target, delimiter_of, flag};
 use super::namespace::PageQuery;
 use super::{AppState, detached};
+use crate::access::Ctx;
 use crate::catalog::records::TableRecord;
 use crate::error::{Error, Result};
 
 pub async fn list_all(
     State(state): State<AppState>,
+    ctx: Ctx,
     uri: Uri,
     QueryOf(q): QueryOf<PageQuery>,
 ) -> Result<Json<ListTablesResponse>> {
@@ -27,7 +29,7 @@ pub async fn list_all(
     let include_declared = q.include_declared.unwrap_or(true);
     let listing = state
         .catalog
-        .list_all_tables(&delimiter, q.token(), q.limit(), include_declared)
+        .list_all_tables(&ctx, &delimiter, q.token(), q.limit(), include_declared)
         .await?;
     Ok(Json(ListTablesResponse {
         tables: listing.items,
@@ -38,22 +40,24 @@ pub async fn list_all(
 
 pub async fn declare(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<DeclareTableRequest>,
 ) -> Result<Json<DeclareTableResponse>> {
     target.check_body_id(req.id.as_ref())?;
     let location = req.location.filter(|l| !l.is_empty());
-    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let (catalog, id, change_ctx) = (state.catalog.clone(), target.id.clone(), ctx.clone());
     let properties = req.properties.unwrap_or_default();
     let record = detached(async move {
         catalog
-            .declare_table(&id, location.as_deref(), properties)
+            .declare_table(&change_ctx, &id, location.as_deref(), properties)
             .await
     })
     .await?;
+    let level = state.catalog.access(&ctx, &record.id);
     let storage_options = state
         .vendor
-        .options(req.vend_credentials.unwrap_or(true))
+        .options(&ctx, &record, level, req.vend_credentials.unwrap_or(true))
         .await?;
     Ok(Json(DeclareTableResponse {
         location: Some(record.location),
@@ -66,6 +70,7 @@ pub async fn declare(
 
 pub async fn register(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<RegisterTableRequest>,
 ) -> Result<Json<RegisterTableResponse>> {
@@ -92,7 +97,7 @@ pub async fn register(
     let location = req.location;
     let record = detached(async move {
         catalog
-            .register_table(&id, &location, overwrite, properties)
+            .register_table(&ctx, &id, &location, overwrite, properties)
             .await
     })
     .await?;
@@ -113,6 +118,7 @@ pub struct DescribeQuery {
 
 pub async fn describe(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     QueryOf(q): QueryOf<DescribeQuery>,
     JsonBody(req): JsonBody<DescribeTableRequest>,
@@ -133,13 +139,14 @@ pub async fn describe(
     let check_declared = flag(q.check_declared, req.check_declared, false);
     let vend = flag(q.vend_credentials, req.vend_credentials, true);
 
-    let record = state.catalog.describe_table(&target.id).await?;
+    let record = state.catalog.describe_table(&ctx, &target.id).await?;
+    let level = state.catalog.access(&ctx, &record.id);
     let (table, namespace) = split(&record);
     let mut response = DescribeTableResponse {
         table: Some(table),
         namespace: Some(namespace),
         table_uri: with_table_uri.then(|| record.location.clone()),
-        storage_options: Some(state.vendor.options(vend).await?),
+        storage_options: Some(state.vendor.options(&ctx, &record, level, vend).await?),
         properties: Some(record.properties.clone()),
         managed_versioning: Some(false),
         location: Some(record.location.clone()),
@@ -178,22 +185,24 @@ fn split(record: &TableRecord) -> (String, Vec<String>) {
 
 pub async fn exists(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<TableExistsRequest>,
 ) -> Result<StatusCode> {
     target.check_body_id(req.id.as_ref())?;
-    state.catalog.table_exists(&target.id).await?;
+    state.catalog.table_exists(&ctx, &target.id).await?;
     Ok(StatusCode::OK)
 }
 
 pub async fn drop(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<DropTableRequest>,
 ) -> Result<Json<DropTableResponse>> {
     target.check_body_id(req.id.as_ref())?;
     let (catalog, id) = (state.catalog.clone(), target.id.clone());
-    let record = detached(async move { catalog.drop_table(&id, true).await }).await?;
+    let record = detached(async move { catalog.drop_table(&ctx, &id, true).await }).await?;
     Ok(Json(DropTableResponse {
         id: Some(record.id),
         location: Some(record.location),
@@ -204,12 +213,13 @@ pub async fn drop(
 
 pub async fn deregister(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<DeregisterTableRequest>,
 ) -> Result<Json<DeregisterTableResponse>> {
     target.check_body_id(req.id.as_ref())?;
     let (catalog, id) = (state.catalog.clone(), target.id.clone());
-    let record = detached(async move { catalog.drop_table(&id, false).await }).await?;
+    let record = detached(async move { catalog.drop_table(&ctx, &id, false).await }).await?;
     Ok(Json(DeregisterTableResponse {
         id: Some(record.id),
         location: Some(record.location),
@@ -229,6 +239,7 @@ pub struct RenameBody {
 
 pub async fn rename(
     State(state): State<AppState>,
+    ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<RenameBody>,
 ) -> Result<Json<RenameTableResponse>> {
@@ -247,6 +258,6 @@ pub async fn rename(
     };
     new_id.push(name);
     let (catalog, id) = (state.catalog.clone(), target.id.clone());
-    detached(async move { catalog.rename_table(&id, &new_id).await }).await?;
+    detached(async move { catalog.rename_table(&ctx, &id, &new_id).await }).await?;
     Ok(Json(RenameTableResponse::default()))
 }

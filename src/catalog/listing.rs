@@ -13,6 +13,7 @@ use super::layout::Layout;
 use super::names::{self, Id, key_segment};
 use super::records::*;
 use super::{Catalog, PAGE};
+use crate::access::Ctx;
 use crate::error::{Error, Result};
 
 /// A page of names or ids and the token for the next page, if any.
@@ -31,12 +32,14 @@ struct Found {
 impl Catalog {
     pub async fn list_namespaces(
         &self,
+        ctx: &Ctx,
         id: &[String],
         token: Option<&str>,
         limit: Option<usize>,
     ) -> Result<Listing> {
+        self.may_see_namespace(ctx, id)?;
         if id.is_empty() && self.layout.endpoint_mode() {
-            return self.list_catalog_buckets(token, limit).await;
+            return self.list_catalog_buckets(ctx, token, limit).await;
         }
         if self.find_namespace(id).await?.is_none() {
             return Err(Error::namespace_not_found(&self.show(id)));
@@ -46,13 +49,20 @@ impl Catalog {
         let arrivals = self
             .arrivals(&Layout::pending_prefix(&placed), false, ".ns.json", token)
             .await?;
-        self.list_names(&prefix, token, limit, arrivals, |_| async { Ok(true) })
-            .await
+        self.list_names(&prefix, token, limit, arrivals, |name, _, _| {
+            let mut child = id.to_vec();
+            child.push(name);
+            let shown = self.sees_namespace(ctx, &child);
+            async move { Ok(shown) }
+        })
+        .await
     }
 
-    /// Endpoint mode root: the buckets that hold a catalog, in name order.
+    /// Endpoint mode root: the buckets that hold a catalog (that `ctx` may see), in name
+    /// order.
     pub(crate) async fn list_catalog_buckets(
         &self,
+        ctx: &Ctx,
         token: Option<&str>,
         limit: Option<usize>,
     ) -> Result<Listing> {
@@ -63,7 +73,9 @@ impl Catalog {
             .into_iter()
             .filter(|b| token.is_none_or(|t| b.as_str() > t))
         {
-            if super::layout::validate_bucket(&bucket).is_err() {
+            if super::layout::validate_bucket(&bucket).is_err()
+                || !self.sees_namespace(ctx, std::slice::from_ref(&bucket))
+            {
                 continue;
             }
             if self
@@ -83,11 +95,13 @@ impl Catalog {
 
     pub async fn list_tables(
         &self,
+        ctx: &Ctx,
         id: &[String],
         token: Option<&str>,
         limit: Option<usize>,
         include_declared: bool,
     ) -> Result<Listing> {
+        self.may_see_namespace(ctx, id)?;
         if id.is_empty() && self.layout.endpoint_mode() {
             // The endpoint root holds buckets, never tables.
             return Ok(Listing::default());
@@ -102,8 +116,11 @@ impl Catalog {
             return Err(Error::namespace_not_found(&self.show(id)));
         }
         let prefix = Layout::tables_prefix(&placed);
-        self.list_names(&prefix, token, limit, arrivals?, |found| {
-            self.keep_table(found, include_declared)
+        self.list_names(&prefix, token, limit, arrivals?, |name, key, record| {
+            let mut table = id.to_vec();
+            table.push(name);
+            let shown = self.sees_table(ctx, &table);
+            async move { Ok(shown && self.keep_table((key, record), include_declared).await?) }
         })
         .await
     }
@@ -210,7 +227,7 @@ impl Catalog {
         keep: F,
     ) -> Result<Listing>
     where
-        F: Fn((String, Option<TableRecord>)) -> Fut,
+        F: Fn(String, String, Option<TableRecord>) -> Fut,
         Fut: std::future::Future<Output = Result<bool>>,
     {
         let limit = limit.unwrap_or(usize::MAX);
@@ -226,7 +243,7 @@ impl Catalog {
                 let Some(name) = Layout::name_of(key, ".json") else {
                     continue;
                 };
-                if keep((key.clone(), None)).await? {
+                if keep(name.clone(), key.clone(), None).await? {
                     found.push(Found {
                         sort: key_segment(&name),
                         shown: name,
@@ -252,7 +269,7 @@ impl Catalog {
                 TableOrNamespace::Table(r) => Some(*r),
                 TableOrNamespace::Namespace => None,
             };
-            if keep((String::new(), record)).await? {
+            if keep(name.clone(), String::new(), record).await? {
                 found.push(Found { sort, shown: name });
             }
         }
@@ -262,6 +279,7 @@ impl Catalog {
     /// Every table in the warehouse, as full ids joined with `delimiter`, in key order.
     pub async fn list_all_tables(
         &self,
+        ctx: &Ctx,
         delimiter: &str,
         token: Option<&str>,
         limit: Option<usize>,
@@ -274,7 +292,7 @@ impl Catalog {
         };
         let cells: Vec<String> = if self.layout.endpoint_mode() {
             let first = start.as_ref().and_then(|s| s.first().cloned());
-            let buckets = self.list_catalog_buckets(None, None).await?.items;
+            let buckets = self.list_catalog_buckets(ctx, None, None).await?.items;
             buckets
                 .into_iter()
                 .filter(|b| first.as_ref().is_none_or(|f| b >= f))
@@ -297,7 +315,7 @@ impl Catalog {
                 };
                 (!rel.is_empty()).then(|| Layout::table_key_of_rel(&cell, rel))
             });
-            let shown = |rel: Id| {
+            let full_id = |rel: Id| {
                 let mut full: Id = cell
                     .trim_end_matches('/')
                     .split('/')
@@ -305,7 +323,7 @@ impl Catalog {
                     .map(str::to_string)
                     .collect();
                 full.extend(rel);
-                full.join(delimiter)
+                full
             };
             // Pending entries before records: an entry goes only after its record is
             // published, so what this misses of an arrival the record listing sees.
@@ -329,13 +347,15 @@ impl Catalog {
                     let Some(rel) = Layout::table_rel_of(&cell, key) else {
                         continue;
                     };
-                    if self
-                        .keep_table((key.clone(), None), include_declared)
-                        .await?
+                    let full = full_id(rel);
+                    if self.sees_table(ctx, &full)
+                        && self
+                            .keep_table((key.clone(), None), include_declared)
+                            .await?
                     {
                         found.push(Found {
                             sort: key.clone(),
-                            shown: shown(rel),
+                            shown: full.join(delimiter),
                         });
                     }
                 }
@@ -360,13 +380,15 @@ impl Catalog {
                 if !in_range || found[first_in_cell..].iter().any(|f| f.sort == sort) {
                     continue;
                 }
-                if self
-                    .keep_table((String::new(), Some(*record)), include_declared)
-                    .await?
+                let full = full_id(rel);
+                if self.sees_table(ctx, &full)
+                    && self
+                        .keep_table((String::new(), Some(*record)), include_declared)
+                        .await?
                 {
                     found.push(Found {
                         sort,
-                        shown: shown(rel),
+                        shown: full.join(delimiter),
                     });
                 }
             }

@@ -26,6 +26,7 @@
 //!   name waits briefly for its outcome, then answers ConcurrentModification (409, code 14),
 //!   never a state readers cannot see.
 
+pub mod authorize;
 pub mod claims;
 pub mod intents;
 pub mod layout;
@@ -46,6 +47,7 @@ use bytes::Bytes;
 use self::layout::Layout;
 use self::names::join;
 use self::records::*;
+use crate::access::Grants;
 use crate::error::{Error, Result};
 use crate::store::{Condition, Object, Store, StoreError};
 
@@ -77,6 +79,8 @@ pub struct Settings {
     /// This gateway's name in the intents it writes. A gateway restarted under the same
     /// name settles at once what its earlier run left unfinished.
     pub node: String,
+    /// Who may do what (everyone everything, unless a grants file is configured).
+    pub grants: Arc<Grants>,
 }
 
 impl Settings {
@@ -84,7 +88,13 @@ impl Settings {
         Settings {
             grace,
             node: node.into(),
+            grants: Arc::new(Grants::open()),
         }
+    }
+
+    pub fn with_grants(mut self, grants: Arc<Grants>) -> Self {
+        self.grants = grants;
+        self
     }
 }
 
@@ -134,6 +144,7 @@ pub struct Catalog {
     datasets: Arc<dyn DatasetReader>,
     grace_ms: u64,
     node: String,
+    grants: Arc<Grants>,
     /// When this run opened the catalog: entries this node started before belong to an
     /// earlier run, which is gone.
     started_ms: u64,
@@ -159,6 +170,7 @@ impl Catalog {
             datasets,
             grace_ms: settings.grace.as_millis() as u64,
             node: settings.node,
+            grants: settings.grants,
             started_ms: now_ms(),
             delim: "$",
         };

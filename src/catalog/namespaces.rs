@@ -9,6 +9,7 @@ use super::intents::Rival;
 use super::layout::Layout;
 use super::records::*;
 use super::{Catalog, CreateMode, DropBehavior, DropMode, Patience, Slot, recovery};
+use crate::access::Ctx;
 use crate::error::{Error, Result};
 use crate::store::{Condition, StoreError};
 
@@ -101,15 +102,16 @@ impl Catalog {
         Ok(self.read_namespace(id).await?.map(|(ns, _)| ns))
     }
 
-    pub async fn describe_namespace(&self, id: &[String]) -> Result<Properties> {
+    pub async fn describe_namespace(&self, ctx: &Ctx, id: &[String]) -> Result<Properties> {
+        self.may_see_namespace(ctx, id)?;
         match self.find_namespace(id).await? {
             Some(ns) => Ok(ns.properties),
             None => Err(Error::namespace_not_found(&self.show(id))),
         }
     }
 
-    pub async fn namespace_exists(&self, id: &[String]) -> Result<()> {
-        self.describe_namespace(id).await.map(|_| ())
+    pub async fn namespace_exists(&self, ctx: &Ctx, id: &[String]) -> Result<()> {
+        self.describe_namespace(ctx, id).await.map(|_| ())
     }
 
     /// Checks that children may be created under `id` now: it exists and no drop of it is
@@ -147,6 +149,7 @@ impl Catalog {
 
     pub async fn create_namespace(
         &self,
+        ctx: &Ctx,
         id: &[String],
         mode: CreateMode,
         properties: Properties,
@@ -156,6 +159,7 @@ impl Catalog {
                 "the root namespace always exists and cannot be created",
             ));
         }
+        self.may_create_namespace(ctx, id)?;
         let slot = self.slot(id)?;
         for _attempt in 0..8 {
             if let Some(found) = self.namespace_found(id, mode, &properties).await? {
@@ -526,6 +530,7 @@ impl Catalog {
 
     pub async fn drop_namespace(
         &self,
+        ctx: &Ctx,
         id: &[String],
         mode: DropMode,
         behavior: DropBehavior,
@@ -533,6 +538,18 @@ impl Catalog {
         if id.is_empty() {
             return Err(Error::invalid("the root namespace cannot be dropped"));
         }
+        self.may_drop_namespace(ctx, id)?;
+        self.drop_namespace_checked(id, mode, behavior).await
+    }
+
+    /// DropNamespace once access is checked (a cascade's children are covered by the
+    /// admin access its namespace needs).
+    async fn drop_namespace_checked(
+        &self,
+        id: &[String],
+        mode: DropMode,
+        behavior: DropBehavior,
+    ) -> Result<()> {
         let shown = self.show(id);
         let key = self
             .namespace_key(id)?
@@ -732,8 +749,12 @@ impl Catalog {
                     Err(e) => return Err(e),
                 },
                 Some(Child::Namespace(child)) => {
-                    self.drop_namespace(&child, DropMode::Skip, DropBehavior::Cascade)
-                        .await?
+                    Box::pin(self.drop_namespace_checked(
+                        &child,
+                        DropMode::Skip,
+                        DropBehavior::Cascade,
+                    ))
+                    .await?
                 }
                 Some(Child::Arriving(_)) => {
                     // Committed, not published yet: its owner publishes it in a moment.

@@ -66,7 +66,8 @@ pub async fn sweep(catalog: &Catalog) -> Result<()> {
     }
     if catalog.layout().endpoint_mode() {
         let mut failed = None;
-        for bucket in catalog.list_catalog_buckets(None, None).await?.items {
+        let all = crate::access::Ctx::internal();
+        for bucket in catalog.list_catalog_buckets(&all, None, None).await?.items {
             let cell = format!("{bucket}/");
             note(&mut failed, &cell, settle_cell(catalog, &cell, false).await);
         }

@@ -17,6 +17,7 @@ use super::layout::Layout;
 use super::namespaces::Commit;
 use super::records::*;
 use super::{Catalog, DatasetDetails};
+use crate::access::Ctx;
 use crate::error::{Error, Result};
 use crate::store::{Condition, StoreError};
 
@@ -38,7 +39,8 @@ impl Catalog {
 
     /// One store read when the table is there; when it is not, its pending entry and its
     /// namespace are read side by side.
-    pub async fn describe_table(&self, id: &[String]) -> Result<TableRecord> {
+    pub async fn describe_table(&self, ctx: &Ctx, id: &[String]) -> Result<TableRecord> {
+        self.may_read_table(ctx, id)?;
         if let Some((mut table, _)) = self.read_table(id).await? {
             table.mark = None;
             return Ok(table);
@@ -60,8 +62,8 @@ impl Catalog {
         }
     }
 
-    pub async fn table_exists(&self, id: &[String]) -> Result<()> {
-        self.describe_table(id).await.map(|_| ())
+    pub async fn table_exists(&self, ctx: &Ctx, id: &[String]) -> Result<()> {
+        self.describe_table(ctx, id).await.map(|_| ())
     }
 
     /// Whether the table's data folder holds a Lance dataset yet (a committed version).
@@ -80,10 +82,12 @@ impl Catalog {
     /// DeclareTable: reserve the name and a data folder; no data is written.
     pub async fn declare_table(
         &self,
+        ctx: &Ctx,
         id: &[String],
         location: Option<&str>,
         properties: Properties,
     ) -> Result<TableRecord> {
+        self.may_create_table(ctx, id)?;
         self.create_table(id, location, properties, "declare").await
     }
 
@@ -93,11 +97,16 @@ impl Catalog {
     /// is taken is reported as such whatever the folder holds.
     pub async fn register_table(
         &self,
+        ctx: &Ctx,
         id: &[String],
         location: &str,
         overwrite: bool,
         properties: Properties,
     ) -> Result<TableRecord> {
+        self.may_create_table(ctx, id)?;
+        if overwrite {
+            self.may_remove_table(ctx, id)?;
+        }
         let (parent, _) = self.split_table(id)?;
         let placed = self.layout.place(parent)?;
         let data_key = self.layout.data_key_of(location, &placed.cell)?;
@@ -380,7 +389,13 @@ impl Catalog {
     }
 
     /// DropTable (`delete_data`) and DeregisterTable.
-    pub async fn drop_table(&self, id: &[String], delete_data: bool) -> Result<TableRecord> {
+    pub async fn drop_table(
+        &self,
+        ctx: &Ctx,
+        id: &[String],
+        delete_data: bool,
+    ) -> Result<TableRecord> {
+        self.may_remove_table(ctx, id)?;
         self.remove_table(id, delete_data).await
     }
 
@@ -473,7 +488,9 @@ impl Catalog {
     }
 
     /// RenameTable: move the entry to a new id; the data stays where it is.
-    pub async fn rename_table(&self, id: &[String], new_id: &[String]) -> Result<()> {
+    pub async fn rename_table(&self, ctx: &Ctx, id: &[String], new_id: &[String]) -> Result<()> {
+        self.may_remove_table(ctx, id)?;
+        self.may_create_table(ctx, new_id)?;
         let (new_parent, _) = self.split_table(new_id)?;
         if self.cell_of(id)? != self.cell_of(new_id)? {
             return Err(Error::invalid(

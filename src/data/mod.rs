@@ -22,7 +22,7 @@ impl LanceDatasets {
     }
 
     async fn options(&self) -> Result<HashMap<String, String>> {
-        self.access.options(true).await
+        self.access.plain(true).await
     }
 }
 

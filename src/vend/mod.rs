@@ -3,11 +3,21 @@
 //! region, `allow_http` for a plain-HTTP endpoint and path-style addressing, plus keys by the
 //! configured policy. LanceDB replaces its own options with whatever is vended on create, so
 //! a vended map is always complete (competitors.md §3.3).
+//!
+//! Keys by policy: none; `static` (the same client keys for every caller); `gateway` (the
+//! gateway's own); `sts` (short-lived keys limited to the table's folder, read-only or
+//! read-write by the caller's access, see `sts.rs`). Every vend of keys is noted on the
+//! request for the audit log, with only the first characters of the key id.
+
+pub mod sts;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 
+use crate::access::{Ctx, Level, Vended};
+use crate::catalog::records::TableRecord;
 use crate::config::CredentialPolicy;
 use crate::error::{Error, Result};
 
@@ -15,6 +25,11 @@ enum Keys {
     None,
     Static { id: String, secret: String },
     Gateway(SharedCredentialsProvider),
+    Sts(Arc<sts::Sts>),
+}
+
+fn key_id_prefix(id: &str) -> String {
+    id.chars().take(8).collect()
 }
 
 pub struct Vendor {
@@ -65,19 +80,76 @@ impl Vendor {
                 gateway_keys
                     .ok_or_else(|| Error::invalid("the gateway has no credentials to vend"))?,
             ),
+            CredentialPolicy::Sts => {
+                return Err(Error::invalid(
+                    "the sts policy is set up with Vendor::with_sts",
+                ));
+            }
         };
         Ok(Vendor { base, keys })
     }
 
-    /// The options for a client; keys only when `with_credentials` (the request's
-    /// `vend_credentials`, which defaults to true) and the policy has some.
-    pub async fn options(&self, with_credentials: bool) -> Result<HashMap<String, String>> {
+    /// Vends table-scoped keys from STS beside the endpoint options of `self`.
+    pub fn with_sts(self, sts: sts::Sts) -> Self {
+        Vendor {
+            base: self.base,
+            keys: Keys::Sts(Arc::new(sts)),
+        }
+    }
+
+    /// The options for `ctx`'s caller to open `table`, which it may use at `level`; keys only
+    /// when `with_credentials` (the request's `vend_credentials`, default true) and the
+    /// policy has some.
+    pub async fn options(
+        &self,
+        ctx: &Ctx,
+        table: &TableRecord,
+        level: Level,
+        with_credentials: bool,
+    ) -> Result<HashMap<String, String>> {
+        let Keys::Sts(sts) = &self.keys else {
+            let map = self.plain(with_credentials).await?;
+            if let Some(id) = map.get("aws_access_key_id") {
+                ctx.note_vended(Vended {
+                    access: match self.keys {
+                        Keys::Gateway(_) => "gateway",
+                        _ => "static",
+                    },
+                    key_id_prefix: key_id_prefix(id),
+                    expires_at_ms: map.get("expires_at_millis").and_then(|e| e.parse().ok()),
+                });
+            }
+            return Ok(map);
+        };
+        let mut map = self.base.clone();
+        if !with_credentials || level < Level::Read {
+            return Ok(map);
+        }
+        let write = level >= Level::Write;
+        let issued = sts
+            .credentials(&ctx.principal.name, &table.location, write)
+            .await?;
+        ctx.note_vended(Vended {
+            access: if write { "write" } else { "read" },
+            key_id_prefix: key_id_prefix(&issued.access_key_id),
+            expires_at_ms: Some(issued.expires_at_ms),
+        });
+        map.insert("aws_access_key_id".into(), issued.access_key_id);
+        map.insert("aws_secret_access_key".into(), issued.secret_access_key);
+        map.insert("aws_session_token".into(), issued.session_token);
+        map.insert("expires_at_millis".into(), issued.expires_at_ms.to_string());
+        Ok(map)
+    }
+
+    /// The options of a policy that vends the same to every caller (and of the gateway's own
+    /// access to datasets); keys only when `with_credentials` and the policy has some.
+    pub async fn plain(&self, with_credentials: bool) -> Result<HashMap<String, String>> {
         let mut map = self.base.clone();
         if !with_credentials {
             return Ok(map);
         }
         match &self.keys {
-            Keys::None => {}
+            Keys::None | Keys::Sts(_) => {}
             Keys::Static { id, secret } => {
                 map.insert("aws_access_key_id".into(), id.clone());
                 map.insert("aws_secret_access_key".into(), secret.clone());
@@ -124,13 +196,13 @@ mod tests {
             None,
         )
         .unwrap();
-        let with = v.options(true).await.unwrap();
+        let with = v.plain(true).await.unwrap();
         assert_eq!(with["aws_endpoint"], "http://127.0.0.1:8333");
         assert_eq!(with["allow_http"], "true");
         assert_eq!(with["aws_region"], "us-east-1");
         assert_eq!(with["aws_virtual_hosted_style_request"], "false");
         assert_eq!(with["aws_access_key_id"], "AK");
-        let without = v.options(false).await.unwrap();
+        let without = v.plain(false).await.unwrap();
         assert!(!without.contains_key("aws_access_key_id"));
         assert_eq!(without["aws_endpoint"], "http://127.0.0.1:8333");
 
@@ -143,8 +215,8 @@ mod tests {
             None,
         )
         .unwrap();
-        let opts = none.options(true).await.unwrap();
+        let opts = none.plain(true).await.unwrap();
         assert!(!opts.contains_key("allow_http") && !opts.contains_key("aws_secret_access_key"));
-        assert!(Vendor::local().options(true).await.unwrap().is_empty());
+        assert!(Vendor::local().plain(true).await.unwrap().is_empty());
     }
 }

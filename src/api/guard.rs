@@ -1,0 +1,179 @@
+//! The middleware every API request passes: it authenticates the caller, builds the
+//! request's `Ctx` for the handlers (and through them the catalog), and writes the audit
+//! line once the answer is known. A request refused before its body is read has the body
+//! drained (up to a bound) or the connection announced as closing, so a client that reuses
+//! connections does not lose its next request.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+
+use super::{AppState, REQUEST_ID};
+use crate::access::Ctx;
+use crate::audit::Event;
+use crate::auth::PeerIdentity;
+use crate::catalog::names;
+use crate::error::Error;
+
+/// How much of an unread body is read and thrown away to keep a connection usable.
+const DRAIN_LIMIT: usize = 1 << 20;
+
+/// Operations that change nothing: audited only when refused or when they vend credentials.
+const READS: &[&str] = &[
+    "describe",
+    "exists",
+    "list",
+    "table/list",
+    "query",
+    "count_rows",
+    "explain_plan",
+    "analyze_plan",
+    "stats",
+    "version/list",
+    "version/describe",
+    "index/list",
+    "tags/list",
+    "tags/version",
+    "branches/list",
+];
+
+/// `<object>.<operation>` and the id a request names, from its path
+/// (`/v1/<object>/<id>/<operation...>`).
+fn route_of(path: &str, delimiter: &str) -> (String, Vec<String>, bool) {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segments.as_slice() {
+        ["v1", object, id, op @ ..] if !op.is_empty() => {
+            let op = op.join("/");
+            let id = names::parse_path_id(id, delimiter).unwrap_or_default();
+            let read = READS.contains(&op.as_str());
+            (format!("{object}.{op}"), id, read)
+        }
+        ["v1", object, rest @ ..] => (format!("{object}.{}", rest.join("/")), Vec::new(), true),
+        _ => (path.to_string(), Vec::new(), true),
+    }
+}
+
+/// Reads and throws away what is left of a body, up to `DRAIN_LIMIT`; false when more was
+/// left (the connection must then close).
+pub(crate) async fn drain(body: Body) -> bool {
+    let mut body = http_body_util::Limited::new(body, DRAIN_LIMIT);
+    loop {
+        match body.frame().await {
+            None => return true,
+            Some(Ok(_)) => {}
+            Some(Err(_)) => return false,
+        }
+    }
+}
+
+/// Marks a response as the connection's last.
+pub(crate) fn closing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+pub(crate) async fn guard(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    if path == "/healthz" || path == "/readyz" {
+        return next.run(req).await;
+    }
+    let request_id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    let delimiter = super::extract::delimiter_of(req.uri().query()).unwrap_or_else(|_| "$".into());
+    let (operation, id, read) = route_of(&path, &delimiter);
+    let mutation = req.method() == Method::POST && !read;
+    let peer = req.extensions().get::<PeerIdentity>().cloned();
+    let principal = match state.auth.authenticate(req.headers(), peer.as_ref()).await {
+        Ok(p) => p,
+        Err(error) => {
+            state.audit.record(Event {
+                request_id,
+                principal: "-".into(),
+                scheme: "none".into(),
+                operation,
+                id,
+                decision: "deny",
+                status: 401,
+                reason: Some(error.message.clone()),
+                ..Default::default()
+            });
+            let drained = drain(req.into_body()).await;
+            let response = error.into_response();
+            return if drained { response } else { closing(response) };
+        }
+    };
+    let ctx = Ctx::new(principal, request_id);
+    req.extensions_mut().insert(ctx.clone());
+    let response = next.run(req).await;
+    if state.audit.enabled() {
+        let notes = ctx.notes_taken();
+        let status = response.status().as_u16();
+        let denied = notes.denied.is_some() || status == 401 || status == 403;
+        if mutation || denied || notes.vended.is_some() {
+            let vended = notes.vended;
+            state.audit.record(Event {
+                request_id: ctx.request_id.clone(),
+                principal: ctx.principal.name.clone(),
+                scheme: ctx.principal.scheme.into(),
+                operation,
+                id,
+                decision: if denied { "deny" } else { "allow" },
+                status,
+                reason: notes.denied,
+                access_vended: vended.as_ref().map(|v| v.access.to_string()),
+                key_id_prefix: vended.as_ref().map(|v| v.key_id_prefix.clone()),
+                expires_at_ms: vended.and_then(|v| v.expires_at_ms),
+                ..Default::default()
+            });
+        }
+    }
+    response
+}
+
+/// The request's context, as the guard built it.
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Ctx {
+    type Rejection = Error;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Error> {
+        parts
+            .extensions
+            .get::<Ctx>()
+            .cloned()
+            .ok_or_else(|| Error::internal("the request has no context", "the guard did not run"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_name_their_operation_and_id() {
+        assert_eq!(
+            route_of("/v1/table/ml%24emb/declare", "$"),
+            (
+                "table.declare".into(),
+                vec!["ml".into(), "emb".into()],
+                false
+            )
+        );
+        assert_eq!(
+            route_of("/v1/namespace/ml/table/list", "$"),
+            ("namespace.table/list".into(), vec!["ml".into()], true)
+        );
+        assert!(route_of("/v1/table", "$").2, "list-all is a read");
+        assert!(!route_of("/v1/namespace/a/drop", "$").2);
+    }
+}
