@@ -451,6 +451,9 @@ async fn serve_connection<I, S>(
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
+        // Request heads larger than this are refused (431) rather than buffered.
+        .max_buf_size(64 * 1024)
+        .max_headers(100)
         .serve_connection(io, service);
     tokio::pin!(connection);
     tokio::select! {

@@ -177,9 +177,12 @@ impl Layout {
         format!("{}{op_id}.json", Self::drops_prefix(cell))
     }
 
-    /// The claim on the data folder `data_key` (a store key, below the cell).
+    /// The claim on the data folder `data_key` (a store key, below the cell). Claims are
+    /// keyed by the folder's lower-case name, so no two tables' folders differ only in case:
+    /// S3-compatible stores may match policy resources without regard to case (SeaweedFS
+    /// does), and credentials scoped to one folder must not reach another.
     pub fn location_claim_key(cell: &str, data_key: &str) -> String {
-        let rel = &data_key[cell.len()..];
+        let rel = data_key[cell.len()..].to_lowercase();
         let segs: Vec<String> = rel.split('/').map(key_segment).collect();
         format!(
             "{}locations/{}.json",
@@ -190,7 +193,7 @@ impl Layout {
 
     /// The folder of claims nested below `data_key`.
     pub fn location_claims_below(cell: &str, data_key: &str) -> String {
-        let rel = &data_key[cell.len()..];
+        let rel = data_key[cell.len()..].to_lowercase();
         let segs: Vec<String> = rel.split('/').map(key_segment).collect();
         format!("{}locations/{}/", Self::catalog_dir(cell), segs.join("/"))
     }
@@ -242,6 +245,18 @@ impl Layout {
     /// warehouse, with `.`/`..`/empty segments, or inside the catalog's own folder.
     /// A relative location is taken relative to the warehouse root.
     pub fn data_key_of(&self, location: &str, cell: &str) -> Result<String> {
+        // A client's object store decodes percent-escapes (`%2e%2e` is `..`) and reads `?`
+        // and `#` as the end of a path: such locations could point anywhere once decoded.
+        if location
+            .chars()
+            .any(|c| matches!(c, '%' | '?' | '#' | '\\' | '*' | '$') || c.is_control())
+        {
+            // `*` and `$` too: a folder is named in the IAM policies of vended credentials,
+            // where they are wildcards and variables.
+            return Err(Error::invalid(format!(
+                "location '{location}' holds '%', '?', '#', '\\', '*', '$' or a control character: send the plain path"
+            )));
+        }
         let location = location.trim_end_matches('/');
         let rel: String = match &self.warehouse {
             Warehouse::Local(root) => {
@@ -411,6 +426,11 @@ mod tests {
             "s3://b/w/.lance-gateway/x",
             "/abs",
             "gs://b/w/x",
+            "s3://b/w/%2e%2e/x",
+            "s3://b/w/x/%2E%2E/%2E%2E/y",
+            "s3://b/w/.%2e/x",
+            "s3://b/w/x?y",
+            "s3://b/w/x#y",
         ] {
             assert!(layout.data_key_of(bad, "").is_err(), "{bad}");
         }
@@ -418,6 +438,14 @@ mod tests {
         assert_eq!(local.data_key_of("file:///data/wh/a/t", "").unwrap(), "a/t");
         assert_eq!(local.data_key_of("/data/wh/a/t", "").unwrap(), "a/t");
         assert!(local.data_key_of("/data/whx/a", "").is_err());
+        for bad in [
+            "file:///data/wh/%2e%2e/evil",
+            "file:///data/wh/%2E%2E/evil",
+            "file:///data/wh/x/%2e%2e/%2e%2e/evil",
+            "file:///data/wh/a%2Fb",
+        ] {
+            assert!(local.data_key_of(bad, "").is_err(), "{bad}");
+        }
         let ep = Layout::new(Warehouse::S3Endpoint);
         assert_eq!(ep.data_key_of("s3://bkt/x/t", "bkt/").unwrap(), "bkt/x/t");
         assert!(ep.data_key_of("s3://other/x/t", "bkt/").is_err());

@@ -8,8 +8,16 @@ use crate::error::{Error, Result};
 /// The default delimiter of the Lance Namespace protocol.
 pub const DEFAULT_DELIMITER: &str = "$";
 
-/// Longest name part we accept, in bytes; keeps every key well under S3's 1024-byte limit.
+/// Longest name part we accept, in bytes.
 pub const MAX_PART_LEN: usize = 255;
+
+/// Longest a name may be once encoded into a key segment: file systems allow 255 bytes per
+/// name, and the longest suffix a catalog key adds is `.table.json`.
+pub const MAX_SEGMENT_LEN: usize = 240;
+
+/// Longest an id may be once encoded (all its segments): S3 keys are at most 1024 bytes,
+/// and a warehouse prefix and the catalog's folders come on top.
+pub const MAX_ID_LEN: usize = 768;
 
 /// An object id: the names from just below the root down to the object. Empty = the root.
 pub type Id = Vec<String>;
@@ -37,11 +45,22 @@ pub fn split_id(decoded: &str, delimiter: &str) -> Result<Id> {
     Ok(parts)
 }
 
-/// Checks every part of an id: not empty, not too long, no control characters.
+/// Checks every part of an id: not empty, not too long as stored, no control characters.
 pub fn validate_id(parts: &[String], delimiter: &str) -> Result<()> {
+    let mut stored = 0;
     for part in parts {
-        validate_name(part)
-            .map_err(|e| e.with_detail(format!("in id '{}'", parts.join(delimiter))))?;
+        validate_name(part).map_err(|e| {
+            e.with_detail(format!(
+                "in id '{}'",
+                parts.join(delimiter).chars().take(300).collect::<String>()
+            ))
+        })?;
+        stored += key_segment(part).len() + 1;
+    }
+    if stored > MAX_ID_LEN {
+        return Err(Error::invalid(format!(
+            "the id is {stored} bytes once encoded for storage; at most {MAX_ID_LEN} are allowed"
+        )));
     }
     Ok(())
 }
@@ -57,6 +76,13 @@ pub fn validate_name(name: &str) -> Result<()> {
     }
     if name.chars().any(char::is_control) {
         return Err(Error::invalid("a name part contains a control character"));
+    }
+    // Checked on the name as it is stored (percent-encoded), not as it was sent.
+    let stored = key_segment(name).len();
+    if stored > MAX_SEGMENT_LEN {
+        return Err(Error::invalid(format!(
+            "a name part is {stored} bytes once encoded for storage; at most {MAX_SEGMENT_LEN} are allowed"
+        )));
     }
     Ok(())
 }
@@ -89,9 +115,10 @@ pub fn key_segment_decode(segment: &str) -> Option<String> {
 /// when it is plain (`[A-Za-z0-9_-]`, not starting with `_`), otherwise a readable slug plus
 /// a short hash of the name, so odd names stay unique without `%` in any URL.
 pub fn path_segment(name: &str) -> String {
-    let plain = name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    let plain = name.len() <= 200
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         && !name.starts_with('_');
     if plain {
         return name.to_string();
@@ -165,6 +192,20 @@ mod tests {
             assert!(!seg.contains('/') && !seg.contains('.'), "{seg}");
             assert_eq!(key_segment_decode(&seg).unwrap(), name);
         }
+    }
+
+    #[test]
+    fn names_are_limited_as_stored() {
+        assert!(validate_name(&"a".repeat(240)).is_ok());
+        assert!(validate_name(&"a".repeat(241)).is_err(), "249 ASCII bytes");
+        assert!(validate_name(&"é".repeat(40)).is_ok(), "240 bytes encoded");
+        assert!(
+            validate_name(&"é".repeat(42)).is_err(),
+            "42 × é is 252 bytes encoded"
+        );
+        let deep: Vec<String> = (0..10).map(|_| "x".repeat(100)).collect();
+        assert!(validate_id(&deep, "$").is_err());
+        assert!(path_segment(&"a".repeat(240)).len() < 100);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! names, so no two tables' folders differ only in case.
 //!
 //! Credentials are cached per (principal, folder, access) and renewed once less than half
-//! their lifetime is left; concurrent requests for one key wait for one AssumeRole.
+//! the lifetime STS gave them is left (it may give less than asked for); concurrent
+//! requests for one key wait for one AssumeRole.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,8 @@ pub struct Issued {
     pub secret_access_key: String,
     pub session_token: String,
     pub expires_at_ms: u64,
+    /// When they were obtained: STS may grant less time than asked for.
+    pub issued_at_ms: u64,
 }
 
 type Key = (String, String, bool);
@@ -130,11 +133,12 @@ impl Sts {
         }
     }
 
+    /// Whether credentials still have more than half of the lifetime they were given.
     fn fresh(&self, issued: &Issued) -> bool {
         let left = issued
             .expires_at_ms
             .saturating_sub(crate::catalog::records::now_ms());
-        left > self.duration.as_millis() as u64 / 2
+        left > issued.expires_at_ms.saturating_sub(issued.issued_at_ms) / 2
     }
 
     /// Credentials for `principal` to read (or, with `write`, also write) the folder at
@@ -169,6 +173,7 @@ impl Sts {
         {
             return Ok(issued.clone());
         }
+        let issued_at_ms = crate::catalog::records::now_ms();
         let out = self
             .client
             .assume_role()
@@ -191,6 +196,7 @@ impl Sts {
             secret_access_key: creds.secret_access_key().to_string(),
             session_token: creds.session_token().to_string(),
             expires_at_ms: creds.expiration().to_millis().unwrap_or(0).max(0) as u64,
+            issued_at_ms,
         };
         *held = Some(issued.clone());
         Ok(issued)

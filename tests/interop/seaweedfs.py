@@ -23,6 +23,10 @@ from dataclasses import dataclass
 
 ADMIN_KEY, ADMIN_SECRET = "lgadmin", "lgadminsecret"
 CLIENT_KEY, CLIENT_SECRET = "lgclient", "lgclientsecret"
+# The role the gateway assumes to vend table-scoped credentials (seaweedfs-sts.md).
+STS_ROLE_ARN = "arn:aws:iam::000000000000:role/LanceVendor"
+# How long STS sessions last at most here: short, so tests see credentials expire.
+STS_MAX_SESSION = "30s"
 
 
 def weed_binary() -> str:
@@ -105,6 +109,52 @@ def start(log_path: str | None = None, open_access: bool = False) -> SeaweedFS:
             },
             f,
         )
+    iam = os.path.join(data, "iam.json")
+    with open(iam, "w") as f:
+        json.dump(
+            {
+                "sts": {
+                    "tokenDuration": "1h",
+                    "maxSessionLength": STS_MAX_SESSION,
+                    "issuer": "seaweedfs-sts",
+                    "signingKey": "bGFuY2UtZ2F0ZXdheS10ZXN0LXNpZ25pbmcta2V5",
+                },
+                "policy": {"defaultEffect": "Deny", "storeType": "memory"},
+                "policies": [
+                    {
+                        "name": "LanceWarehouse",
+                        "document": {
+                            "Version": "2012-10-17",
+                            "Statement": [
+                                {
+                                    "Effect": "Allow",
+                                    "Action": ["s3:*"],
+                                    "Resource": ["arn:aws:s3:::*", "arn:aws:s3:::*/*"],
+                                }
+                            ],
+                        },
+                    }
+                ],
+                "roles": [
+                    {
+                        "roleName": "LanceVendor",
+                        "roleArn": STS_ROLE_ARN,
+                        "trustPolicy": {
+                            "Version": "2012-10-17",
+                            "Statement": [
+                                {
+                                    "Effect": "Allow",
+                                    "Principal": {"AWS": "arn:aws:iam::000000000000:user/gateway"},
+                                    "Action": ["sts:AssumeRole"],
+                                }
+                            ],
+                        },
+                        "attachedPolicies": ["LanceWarehouse"],
+                    }
+                ],
+            },
+            f,
+        )
     ports = {name: free_port_pair() for name in ("master", "volume", "filer", "s3")}
     lance_port = free_port()
     args = [
@@ -113,7 +163,8 @@ def start(log_path: str | None = None, open_access: bool = False) -> SeaweedFS:
         f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
         f"-filer.port={ports['filer']}", f"-s3.port={ports['s3']}",
         f"-s3.port.lance={lance_port}", "-s3.port.iceberg=0",
-        *([] if open_access else [f"-s3.config={config}"]), "-webdav=false", "-admin.ui=false",
+        *([] if open_access else [f"-s3.config={config}", f"-s3.iam.config={iam}"]),
+        "-webdav=false", "-admin.ui=false",
         "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
     ]
     log = open(log_path or os.path.join(data, "weed.log"), "w")

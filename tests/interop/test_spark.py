@@ -18,7 +18,7 @@ from conftest import client_storage_options, s3_gateway_setup, start_gateway
 SPARK_PACKAGE = "org.lance:lance-spark-3.5_2.12:0.4.0"
 
 
-def spark_session(catalog_uri: str, storage: dict | None = None):
+def spark_session(catalog_uri: str, storage: dict | None = None, extra: dict | None = None):
     from pyspark.sql import SparkSession
 
     cache = os.environ.get("LANCE_GATEWAY_CACHE", os.path.expanduser("~/.cache/lance-gateway"))
@@ -35,6 +35,8 @@ def spark_session(catalog_uri: str, storage: dict | None = None):
     )
     for key, value in (storage or {}).items():
         builder = builder.config(f"spark.sql.catalog.lance.storage.{key}", value)
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -143,4 +145,53 @@ def test_spark_seaweedfs(seaweed, credentials):
         else:
             run_isolated(gw.uri, [bucket], storage, "seaweedfs, storage.* keys", storage=storage)
     finally:
+        assert gw.stop() == 0
+
+
+def test_spark_with_keys_and_tokens(tmp_path):
+    """lance-spark sends `headers.*` catalog settings on every request: an API key as
+    `headers.x-api-key`, a token as `headers.Authorization`. Without them it is refused, and
+    with them it is refused outside the grants."""
+    from security import Issuer, make_key, write
+    from test_security import grants_toml
+
+    issuer = Issuer()
+    key, line = make_key("alice")
+    write(str(tmp_path / "keys"), line + "\n")
+    write(str(tmp_path / "grants.toml"), grants_toml([
+        ("principal", "alice", ["ml"], "admin"), ("group", "readers", ["ml", "t"], "read")]))
+    gw = start_gateway(["--warehouse", str(tmp_path / "wh"), "--api-keys", str(tmp_path / "keys"),
+                        "--grants", str(tmp_path / "grants.toml"), "--oidc-issuer", issuer.url,
+                        "--oidc-audience", "lance-gateway"])
+    token = issuer.token(sub="carol", groups=["readers"], lifetime=3600)
+    extra = {"spark.sql.catalog.lance.headers.x-api-key": key}
+    for name, headers in [("bearer", {"Authorization": f"Bearer {token}"}), ("anon", {})]:
+        extra[f"spark.sql.catalog.{name}"] = "org.lance.spark.LanceNamespaceSparkCatalog"
+        extra[f"spark.sql.catalog.{name}.impl"] = "rest"
+        extra[f"spark.sql.catalog.{name}.uri"] = gw.uri
+        for header, value in headers.items():
+            extra[f"spark.sql.catalog.{name}.headers.{header}"] = value
+    spark = spark_session(gw.uri, extra=extra)
+    s = Steps("spark, keys and tokens")
+    try:
+        spark.sql("CREATE NAMESPACE lance.ml")
+        spark.sql("CREATE TABLE lance.ml.t (id BIGINT) USING lance")
+        spark.sql("INSERT INTO lance.ml.t VALUES (1), (2)")
+        spark.sql("CREATE TABLE lance.ml.secret (id BIGINT) USING lance")
+        spark.sql("INSERT INTO lance.ml.secret VALUES (9)")
+        s.check("with an API key: count", spark.sql("SELECT count(*) FROM lance.ml.t").collect()[0][0], 2)
+        s.check("with a token: count", spark.sql("SELECT count(*) FROM bearer.ml.t").collect()[0][0], 2)
+        s.check("with a token: SHOW TABLES shows what it may read",
+                [r["tableName"] for r in spark.sql("SHOW TABLES IN bearer.ml").collect()], ["t"])
+        for label, statement in [("without credentials", "SHOW TABLES IN anon.ml"),
+                                 ("outside the grants", "SELECT count(*) FROM bearer.ml.secret")]:
+            try:
+                spark.sql(statement).collect()
+                refused = False
+            except Exception:
+                refused = True
+            s.check(f"refused {label}", refused, True)
+    finally:
+        spark.stop()
+        issuer.stop()
         assert gw.stop() == 0
