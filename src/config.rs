@@ -31,6 +31,58 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Inspect and check a warehouse directly, with no server running (same settings as
+    /// `serve`: flags, environment, `--config`).
+    #[command(subcommand)]
+    Admin(AdminCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// List the namespaces directly under one (the root when none is given).
+    Namespaces {
+        /// A namespace id, its parts joined by `$` (`ml$emb`).
+        id: Option<String>,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// List the tables of a namespace (the root when none is given).
+    Tables {
+        /// A namespace id, its parts joined by `$`.
+        namespace: Option<String>,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// Show a table's record (or a namespace's properties).
+    Describe {
+        /// A table or namespace id, its parts joined by `$`.
+        id: String,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// Check every record, claim, unfinished operation and data folder; exit status 0 when
+    /// clean, 1 when problems are left, 2 when the check could not run.
+    Fsck {
+        /// Settle what recovery would settle, clear void marks, restore missing claims and
+        /// remove claims no one holds (never data).
+        #[arg(long)]
+        repair: bool,
+        /// With --repair, also delete dataset folders no table or operation points to.
+        #[arg(long, requires = "repair")]
+        delete_orphans: bool,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+}
+
+/// What every admin command takes: the warehouse settings, and the output format.
+#[derive(Args, Debug)]
+pub struct AdminCommon {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -101,6 +153,10 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address [default: off].
+    #[arg(long, env = "LANCE_GATEWAY_METRICS_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<String>,
     /// Where catalog and tables live: a directory, file:///dir, s3://bucket/prefix, or s3:// (endpoint mode) [default: ./warehouse].
     #[arg(long, env = "LANCE_GATEWAY_WAREHOUSE")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -339,6 +395,7 @@ pub struct ConnectionLimits {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
+    pub metrics_listen: Option<SocketAddr>,
     pub warehouse: WarehouseUri,
     pub s3: S3Settings,
     pub client_endpoint: Option<String>,
@@ -405,6 +462,15 @@ impl Config {
                 format!("'{listen_text}' is not an address like 127.0.0.1:2333"),
             )
         })?;
+        let metrics_listen = match s.metrics_listen.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
+                bad(
+                    "metrics-listen",
+                    format!("'{text}' is not an address like 127.0.0.1:9090"),
+                )
+            })?),
+        };
         let warehouse = parse_warehouse(&s.warehouse.unwrap_or_else(|| "./warehouse".into()))?;
         if let Some(e) = &s.s3_endpoint {
             check_url("s3-endpoint", e)?;
@@ -564,6 +630,7 @@ impl Config {
         };
         Ok(Config {
             listen,
+            metrics_listen,
             warehouse,
             s3,
             client_endpoint: s.client_endpoint,

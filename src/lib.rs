@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod admin;
 pub mod api;
 pub mod audit;
 pub mod auth;
@@ -13,5 +14,6 @@ pub mod data;
 pub mod error;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod vend;

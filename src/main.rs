@@ -8,6 +8,23 @@ fn main() {
     let cli = Cli::parse();
     let args = match cli.command {
         Command::Serve(args) => *args,
+        Command::Admin(command) => {
+            // Progress and warnings to stderr; the answer alone on stdout.
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let code = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt.block_on(lance_gateway::admin::run(command)),
+                Err(e) => {
+                    eprintln!("lance-gateway: cannot start the runtime: {e}");
+                    2
+                }
+            };
+            std::process::exit(code);
+        }
         Command::Keys(KeysCommand::Create { principal, groups }) => {
             match lance_gateway::auth::keys::create(&principal, &groups) {
                 Ok((key, line)) => {

@@ -28,7 +28,9 @@ use crate::config::{Config, CredentialPolicy, WarehouseUri};
 use crate::data::LanceDatasets;
 use crate::store::Store;
 use crate::store::fs::FsStore;
+use crate::store::metered::Metered;
 use crate::store::s3::{S3Root, S3Store};
+use crate::telemetry;
 use crate::tls::Tls;
 use crate::vend::Vendor;
 use crate::vend::sts::Sts;
@@ -286,8 +288,14 @@ fn watch_files(grants: Arc<Grants>, keys: Option<Arc<ApiKeys>>, tls: Option<Arc<
 /// Opens the catalog, starts the recovery sweeper and serves until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Result<(), String> {
     let security = security(&config)?;
+    if let Some(addr) = config.metrics_listen {
+        let metrics = telemetry::bind(addr).await?;
+        let handle = telemetry::install()?;
+        tracing::info!(listen = %addr, "serving metrics at /metrics");
+        tokio::spawn(telemetry::serve(metrics, handle));
+    }
     let catalog = Catalog::open(
-        parts.store,
+        Arc::new(Metered::new(parts.store)),
         parts.layout,
         Arc::new(LanceDatasets::new(parts.own_access)),
         Settings::new(config.recovery_grace, config.node_id.clone())

@@ -93,8 +93,12 @@ pub(crate) async fn guard(State(state): State<AppState>, mut req: Request, next:
     let mutation = req.method() == Method::POST && !read;
     let peer = req.extensions().get::<PeerIdentity>().cloned();
     let principal = match state.auth.authenticate(req.headers(), peer.as_ref()).await {
-        Ok(p) => p,
+        Ok(p) => {
+            crate::telemetry::authentication(p.scheme, true);
+            p
+        }
         Err(error) => {
+            crate::telemetry::authentication("none", false);
             state.audit.record(Event {
                 request_id,
                 principal: "-".into(),

@@ -122,6 +122,7 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .layer(middleware::from_fn_with_state(state, guard::guard))
         .layer(middleware::from_fn(move |req: Request, next: Next| with_timeout(req, next, timeout)))
         .layer(middleware::from_fn(scope_request_path))
+        .layer(middleware::from_fn(crate::telemetry::track))
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))

@@ -25,6 +25,7 @@ impl Catalog {
 
     fn refuse(&self, ctx: &Ctx, error: Error, needed: Level, id: &[String]) -> Error {
         ctx.note_denied(format!("{} on {}", needed.name(), self.show(id)));
+        crate::telemetry::denial(needed.name());
         error
     }
 

@@ -28,6 +28,7 @@
 
 pub mod authorize;
 pub mod claims;
+pub mod fsck;
 pub mod intents;
 pub mod layout;
 pub mod listing;

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 /// or written by a newer gateway) must not keep recovery from the entries after it.
 fn note(failed: &mut Option<Error>, key: &str, result: Result<()>) {
     if let Err(e) = result {
+        crate::telemetry::settled(false);
         tracing::warn!(key, error = %e, "could not settle an entry; moving on");
         failed.get_or_insert(e);
     }
@@ -26,6 +27,7 @@ async fn settle_key(catalog: &Catalog, key: &str, force: bool) -> Result<()> {
     };
     if force || entry.is_aborted() || catalog.settleable_entry(&entry) {
         catalog.settle(key, entry, &etag).await?;
+        crate::telemetry::settled(true);
     }
     Ok(())
 }
@@ -56,6 +58,12 @@ pub(crate) async fn settle_cell(catalog: &Catalog, cell: &str, force: bool) -> R
 
 /// One pass over the whole warehouse.
 pub async fn sweep(catalog: &Catalog) -> Result<()> {
+    let result = sweep_once(catalog).await;
+    crate::telemetry::sweep(result.is_ok());
+    result
+}
+
+async fn sweep_once(catalog: &Catalog) -> Result<()> {
     match catalog.store().remove_leftovers(catalog.grace()).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(

@@ -9,6 +9,7 @@
 
 pub mod fs;
 pub mod memory;
+pub mod metered;
 pub mod s3;
 
 use async_trait::async_trait;

@@ -110,11 +110,13 @@ impl Vendor {
         let Keys::Sts(sts) = &self.keys else {
             let map = self.plain(with_credentials).await?;
             if let Some(id) = map.get("aws_access_key_id") {
+                let policy = match self.keys {
+                    Keys::Gateway(_) => "gateway",
+                    _ => "static",
+                };
+                crate::telemetry::vended(policy, policy);
                 ctx.note_vended(Vended {
-                    access: match self.keys {
-                        Keys::Gateway(_) => "gateway",
-                        _ => "static",
-                    },
+                    access: policy,
                     key_id_prefix: key_id_prefix(id),
                     expires_at_ms: map.get("expires_at_millis").and_then(|e| e.parse().ok()),
                 });
@@ -129,6 +131,7 @@ impl Vendor {
         let issued = sts
             .credentials(&ctx.principal.name, &table.location, write)
             .await?;
+        crate::telemetry::vended("sts", if write { "write" } else { "read" });
         ctx.note_vended(Vended {
             access: if write { "write" } else { "read" },
             key_id_prefix: key_id_prefix(&issued.access_key_id),

@@ -183,6 +183,8 @@ impl Sts {
             .duration_seconds(self.duration.as_secs() as i32)
             .send()
             .await
+            .inspect(|_| crate::telemetry::sts_call(true))
+            .inspect_err(|_| crate::telemetry::sts_call(false))
             .map_err(|e| {
                 Error::unavailable("could not obtain credentials for the table")
                     .with_detail(aws_sdk_sts::error::DisplayErrorContext(&e).to_string())

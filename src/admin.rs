@@ -1,0 +1,250 @@
+//! `lance-gateway admin`: a warehouse inspected and checked directly, with no server
+//! running, through the same store and catalog code the server uses. Text for people,
+//! `--json` for scripts; exit status 0 when all is well, 1 when `fsck` leaves problems,
+//! 2 when the command could not run.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::access::Ctx;
+use crate::catalog::fsck::{Repair, Report};
+use crate::catalog::layout::Layout;
+use crate::catalog::names::{DEFAULT_DELIMITER, join, split_id};
+use crate::catalog::{Catalog, Settings};
+use crate::config::{AdminCommand, AdminCommon, Config};
+use crate::data::LanceDatasets;
+use crate::server::build_parts;
+
+/// Runs one admin command; returns the process's exit status.
+pub async fn run(command: AdminCommand) -> i32 {
+    let common: &AdminCommon = match &command {
+        AdminCommand::Namespaces { common, .. }
+        | AdminCommand::Tables { common, .. }
+        | AdminCommand::Describe { common, .. }
+        | AdminCommand::Fsck { common, .. } => common,
+    };
+    let json_out = common.json;
+    let catalog = match open(common).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("lance-gateway admin: {e}");
+            return 2;
+        }
+    };
+    let result = match &command {
+        AdminCommand::Namespaces { id, .. } => list(&catalog, id.as_deref(), false, json_out).await,
+        AdminCommand::Tables { namespace, .. } => {
+            list(&catalog, namespace.as_deref(), true, json_out).await
+        }
+        AdminCommand::Describe { id, .. } => describe(&catalog, id, json_out).await,
+        AdminCommand::Fsck {
+            repair,
+            delete_orphans,
+            ..
+        } => {
+            let how = Repair {
+                repair: *repair,
+                delete_orphans: *delete_orphans,
+            };
+            return match catalog.fsck(how).await {
+                Ok(report) => {
+                    print_report(&report, json_out);
+                    if report.left() == 0 { 0 } else { 1 }
+                }
+                Err(e) => {
+                    eprintln!("lance-gateway admin fsck: could not check the warehouse: {e}");
+                    2
+                }
+            };
+        }
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("lance-gateway admin: {e}");
+            2
+        }
+    }
+}
+
+/// Opens the catalog of an existing warehouse (never makes one).
+async fn open(common: &AdminCommon) -> Result<Arc<Catalog>, String> {
+    let config = Config::load(common.serve.clone()).map_err(|e| e.to_string())?;
+    // Opening a local store makes its folders: look before, so a wrong path stays untouched.
+    if let crate::config::WarehouseUri::Local(path) = &config.warehouse {
+        if !path.is_dir() {
+            return Err(format!("{}: no such folder", path.display()));
+        }
+        if !path.join(Layout::cell_record("")).is_file() {
+            return Err(format!("{}: no lance-gateway catalog here", path.display()));
+        }
+    }
+    let parts = build_parts(&config).await?;
+    if !parts.layout.endpoint_mode() {
+        let key = Layout::cell_record("");
+        match parts.store.get(&key).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(format!(
+                    "{}: no lance-gateway catalog here",
+                    parts.layout.root_uri()
+                ));
+            }
+            Err(e) => return Err(format!("{}: {e}", parts.layout.root_uri())),
+        }
+    }
+    let catalog = Catalog::open(
+        parts.store,
+        parts.layout,
+        Arc::new(LanceDatasets::new(parts.own_access)),
+        Settings::new(config.recovery_grace, config.node_id.clone()),
+    )
+    .await
+    .map_err(|e| format!("could not open the warehouse: {e}"))?;
+    Ok(Arc::new(catalog))
+}
+
+fn parse(id: Option<&str>) -> Result<Vec<String>, String> {
+    match id {
+        None | Some("") => Ok(Vec::new()),
+        Some(text) => split_id(text, DEFAULT_DELIMITER).map_err(|e| e.message),
+    }
+}
+
+async fn list(cat: &Catalog, id: Option<&str>, tables: bool, json_out: bool) -> Result<(), String> {
+    let id = parse(id)?;
+    let ctx = Ctx::internal();
+    let mut items = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = if tables {
+            cat.list_tables(&ctx, &id, token.as_deref(), Some(1000), true)
+                .await
+        } else {
+            cat.list_namespaces(&ctx, &id, token.as_deref(), Some(1000))
+                .await
+        }
+        .map_err(|e| e.message)?;
+        items.extend(page.items);
+        token = page.next;
+        if token.is_none() {
+            break;
+        }
+    }
+    if json_out {
+        println!(
+            "{}",
+            json!({ if tables { "tables" } else { "namespaces" }: items })
+        );
+    } else {
+        for item in items {
+            println!("{item}");
+        }
+    }
+    Ok(())
+}
+
+async fn describe(cat: &Catalog, id: &str, json_out: bool) -> Result<(), String> {
+    let id = parse(Some(id))?;
+    let ctx = Ctx::internal();
+    match cat.describe_table(&ctx, &id).await {
+        Ok(record) => {
+            let has_data = cat.has_data(&record).await.map_err(|e| e.message)?;
+            let details = if has_data {
+                Some(cat.dataset_details(&record).await)
+            } else {
+                None
+            };
+            let (version, error) = match &details {
+                Some(Ok(d)) => (Some(d.version), None),
+                Some(Err(e)) => (None, Some(e.detail.clone().unwrap_or(e.message.clone()))),
+                None => (None, None),
+            };
+            if json_out {
+                println!(
+                    "{}",
+                    json!({
+                        "table": record.id, "location": record.location, "uid": record.uid,
+                        "origin": record.origin, "created_at_ms": record.created_at_ms,
+                        "properties": record.properties, "has_data": has_data,
+                        "version": version, "dataset_error": error,
+                    })
+                );
+            } else {
+                println!("table       {}", join(&record.id, DEFAULT_DELIMITER));
+                println!("location    {}", record.location);
+                println!("uid         {}", record.uid);
+                println!("origin      {}", record.origin);
+                println!("created     {} ms", record.created_at_ms);
+                match (has_data, version, error) {
+                    (false, _, _) => println!("data        none yet (declared)"),
+                    (true, _, Some(e)) => println!("data        does not open: {e}"),
+                    (true, v, None) => println!(
+                        "data        Lance dataset, version {}",
+                        v.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
+                    ),
+                }
+                for (k, v) in &record.properties {
+                    println!("property    {k} = {v}");
+                }
+            }
+            Ok(())
+        }
+        Err(table_err) => match cat.describe_namespace(&ctx, &id).await {
+            Ok(properties) => {
+                if json_out {
+                    println!("{}", json!({ "namespace": id, "properties": properties }));
+                } else {
+                    println!("namespace   {}", join(&id, DEFAULT_DELIMITER));
+                    for (k, v) in &properties {
+                        println!("property    {k} = {v}");
+                    }
+                }
+                Ok(())
+            }
+            Err(_) => Err(table_err.message),
+        },
+    }
+}
+
+fn print_report(report: &Report, json_out: bool) {
+    if json_out {
+        let value = json!({
+            "clean": report.left() == 0,
+            "problems_found": report.findings.len(),
+            "problems_left": report.left(),
+            "report": report,
+        });
+        println!("{value}");
+        return;
+    }
+    println!(
+        "checked {} namespaces, {} tables, {} folder claims, {} datasets, {} unfinished operations",
+        report.namespaces,
+        report.tables,
+        report.claims,
+        report.datasets,
+        report.operations_in_flight
+    );
+    for f in &report.findings {
+        println!(
+            "{:9} {:24} {}: {}",
+            if f.repaired { "repaired" } else { "problem" },
+            f.problem,
+            f.object,
+            f.detail
+        );
+    }
+    let repaired = report.findings.len() - report.left();
+    if report.findings.is_empty() {
+        println!("clean");
+    } else {
+        println!(
+            "{} problems found, {} repaired, {} left",
+            report.findings.len(),
+            repaired,
+            report.left()
+        );
+    }
+}
