@@ -230,18 +230,18 @@ fn print_report(report: &Report, json_out: bool) {
     for f in &report.findings {
         println!(
             "{:9} {:24} {}: {}",
-            if f.repaired { "repaired" } else { "problem" },
+            if f.repaired { "repaired" } else { f.severity },
             f.problem,
             f.object,
             f.detail
         );
     }
-    let repaired = report.findings.len() - report.left();
-    if report.findings.is_empty() {
+    let repaired = report.findings.iter().filter(|f| f.repaired).count();
+    if report.left() == 0 && repaired == 0 && report.findings.is_empty() {
         println!("clean");
     } else {
         println!(
-            "{} problems found, {} repaired, {} left",
+            "{} found, {} repaired, {} problems left",
             report.findings.len(),
             repaired,
             report.left()

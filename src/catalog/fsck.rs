@@ -49,6 +49,9 @@ pub struct Finding {
     pub detail: String,
     /// Whether `--repair` fixed it in this run.
     pub repaired: bool,
+    /// `problem`, or `note` for a leftover that every reader already treats as absent
+    /// (a void mark): reported and repaired, but not a reason to fail.
+    pub severity: &'static str,
 }
 
 /// What a check saw and found.
@@ -63,9 +66,12 @@ pub struct Report {
 }
 
 impl Report {
-    /// Problems that are still there after this run.
+    /// Problems that are still there after this run (notes do not count).
     pub fn left(&self) -> usize {
-        self.findings.iter().filter(|f| !f.repaired).count()
+        self.findings
+            .iter()
+            .filter(|f| !f.repaired && f.severity == "problem")
+            .count()
     }
 }
 
@@ -147,11 +153,17 @@ impl Catalog {
 
 impl Cell<'_> {
     fn find(&mut self, problem: &'static str, object: String, detail: String, repaired: bool) {
+        let severity = if problem == "void-mark" {
+            "note"
+        } else {
+            "problem"
+        };
         self.report.findings.push(Finding {
             problem,
             object,
             detail,
             repaired,
+            severity,
         });
     }
 
@@ -455,7 +467,10 @@ impl Cell<'_> {
         self.find(
             "void-mark",
             cat.show(id),
-            format!("marked by operation {} whose intent is gone", mark.op_id),
+            format!(
+                "marked by operation {} whose intent is gone: the leftover of a rollback cut short, which every reader treats as no mark",
+                mark.op_id
+            ),
             self.how.repair,
         );
         Ok(())

@@ -212,8 +212,14 @@ def test_void_mark(wh):
     record = read_json(path)
     record["mark"] = {"op_id": "op-1", "intent": f"{CAT}/drops/op-1.json"}
     write_json(path, record)
-    check(wh, [("void-mark", "ml$a")])
+    # Every reader treats it as no mark: a note, not a failure; repair clears it.
+    code, report = fsck(wh)
+    assert (code, found(report)) == (0, [("void-mark", "ml$a")])
+    assert report["report"]["findings"][0]["severity"] == "note"
+    code, report = fsck(wh, "--repair")
+    assert code == 0 and report["report"]["findings"][0]["repaired"]
     assert "mark" not in read_json(path)
+    assert fsck(wh)[1]["report"]["findings"] == []
 
 
 def test_unreadable_dataset_is_reported_and_left(wh):

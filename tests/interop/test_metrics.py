@@ -3,6 +3,7 @@ the right amounts. Requests by route template (never by raw id), store operation
 refused conditional writes counted apart, recovery sweeps, authentication and grant
 decisions, vended credentials."""
 
+import json
 import os
 import re
 import tempfile
@@ -192,3 +193,14 @@ def test_a_metrics_address_that_cannot_be_bound_stops_the_start():
     with tempfile.TemporaryDirectory() as work:
         with pytest.raises(RuntimeError, match="metrics-listen"):
             start_gateway(["--warehouse", os.path.join(work, "wh"), "--metrics-listen", "not-an-address"])
+
+
+def test_the_dashboard_asks_for_series_the_gateway_exports():
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(root, "docker", "grafana-dashboard.json")) as f:
+        exprs = [t["expr"] for p in json.load(f)["panels"] for t in p["targets"]]
+    with open(os.path.join(root, "src", "telemetry.rs")) as f:
+        exported = set(re.findall(r'"(lance_gateway_[a-z_]+)"', f.read()))
+    asked = {re.sub(r"_bucket$", "", n) for e in exprs for n in re.findall(r"lance_gateway_[a-z_]+", e)}
+    assert asked and asked <= exported, asked - exported
+    assert exported <= asked, f"series no panel shows: {exported - asked}"
