@@ -25,7 +25,8 @@ pub async fn run(command: AdminCommand) -> i32 {
         | AdminCommand::Fsck { common, .. } => common,
     };
     let json_out = common.json;
-    let catalog = match open(common).await {
+    let writes = matches!(command, AdminCommand::Fsck { repair: true, .. });
+    let catalog = match open(common, writes).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("lance-gateway admin: {e}");
@@ -41,11 +42,13 @@ pub async fn run(command: AdminCommand) -> i32 {
         AdminCommand::Fsck {
             repair,
             delete_orphans,
+            relocate,
             ..
         } => {
             let how = Repair {
                 repair: *repair,
                 delete_orphans: *delete_orphans,
+                relocate: *relocate,
             };
             return match catalog.fsck(how).await {
                 Ok(report) => {
@@ -68,9 +71,16 @@ pub async fn run(command: AdminCommand) -> i32 {
     }
 }
 
-/// Opens the catalog of an existing warehouse (never makes one).
-async fn open(common: &AdminCommon) -> Result<Arc<Catalog>, String> {
-    let config = Config::load(common.serve.clone()).map_err(|e| e.to_string())?;
+/// Opens the catalog of an existing warehouse (never makes one); a local one read-only
+/// unless the command `writes`. Unless `--node-id` names one, the admin runs under a node id
+/// of its own: under a gateway's (the default `<host>:<port>` inside its container, say) it
+/// would take that gateway's live operations for leftovers of an earlier run.
+async fn open(common: &AdminCommon, writes: bool) -> Result<Arc<Catalog>, String> {
+    let mut args = common.serve.clone();
+    if args.settings.node_id.is_none() {
+        args.settings.node_id = Some(format!("lance-gateway-admin:{}", std::process::id()));
+    }
+    let config = Config::load(args).map_err(|e| e.to_string())?;
     // Opening a local store makes its folders: look before, so a wrong path stays untouched.
     if let crate::config::WarehouseUri::Local(path) = &config.warehouse {
         if !path.is_dir() {
@@ -80,7 +90,7 @@ async fn open(common: &AdminCommon) -> Result<Arc<Catalog>, String> {
             return Err(format!("{}: no lance-gateway catalog here", path.display()));
         }
     }
-    let parts = build_parts(&config).await?;
+    let parts = build_parts(&config, writes).await?;
     if !parts.layout.endpoint_mode() {
         let key = Layout::cell_record("");
         match parts.store.get(&key).await {

@@ -70,6 +70,10 @@ pub enum AdminCommand {
         /// With --repair, also delete dataset folders no table or operation points to.
         #[arg(long, requires = "repair")]
         delete_orphans: bool,
+        /// With --repair, point records that name another warehouse's folders (a moved or
+        /// copied warehouse) at their folders in this one.
+        #[arg(long, requires = "repair")]
+        relocate: bool,
         #[command(flatten)]
         common: Box<AdminCommon>,
     },

@@ -67,7 +67,7 @@ fn main() {
         }
     };
     let code = runtime.block_on(async {
-        let parts = match lance_gateway::server::build_parts(&config).await {
+        let parts = match lance_gateway::server::build_parts(&config, true).await {
             Ok(parts) => parts,
             Err(e) => {
                 eprintln!("lance-gateway: {e}");

@@ -45,12 +45,17 @@ pub struct Parts {
 }
 
 /// Builds the store and vendors. Fails (with a message naming the setting) on a warehouse
-/// that cannot be opened.
-pub async fn build_parts(config: &Config) -> Result<Parts, String> {
+/// that cannot be opened. Without `writes` a local warehouse is opened read-only (for
+/// `admin` checks: nothing is created or cleaned up).
+pub async fn build_parts(config: &Config, writes: bool) -> Result<Parts, String> {
     match &config.warehouse {
         WarehouseUri::Local(path) => {
-            let store = FsStore::open_with_sync(path, config.fs_sync)
-                .map_err(|e| format!("invalid setting `warehouse`: {}: {e}", path.display()))?;
+            let store = if writes {
+                FsStore::open_with_sync(path, config.fs_sync)
+            } else {
+                FsStore::open_read_only(path)
+            }
+            .map_err(|e| format!("invalid setting `warehouse`: {}: {e}", path.display()))?;
             let layout = Layout::new(Warehouse::Local(store.root().to_path_buf()));
             Ok(Parts {
                 store: Arc::new(store),

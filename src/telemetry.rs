@@ -144,17 +144,42 @@ pub async fn track(req: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".to_string());
-    let method = req.method().as_str().to_string();
+    // Any token is a valid method: only the ones the API knows get a series of their own.
+    let method: &'static str = match req.method().as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        "PATCH" => "PATCH",
+        _ => "other",
+    };
     let started = Instant::now();
-    let in_flight = gauge!(IN_FLIGHT);
-    in_flight.increment(1.0);
+    // Decremented on drop: a request whose client goes away is cancelled mid-await.
+    let _in_flight = InFlight::enter();
     let response = next.run(req).await;
-    in_flight.decrement(1.0);
     let status = response.status().as_u16().to_string();
-    histogram!(REQUEST_SECONDS, "route" => route.clone(), "method" => method.clone())
+    histogram!(REQUEST_SECONDS, "route" => route.clone(), "method" => method)
         .record(started.elapsed().as_secs_f64());
     counter!(REQUESTS, "route" => route, "method" => method, "status" => status).increment(1);
     response
+}
+
+/// A request counted in flight until dropped.
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> Self {
+        gauge!(IN_FLIGHT).increment(1.0);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        gauge!(IN_FLIGHT).decrement(1.0);
+    }
 }
 
 /// One store call's outcome.

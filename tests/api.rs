@@ -21,7 +21,7 @@ async fn start(settings: Settings, dir: Option<tempfile::TempDir>) -> Gateway {
         settings,
     })
     .expect("valid config");
-    let parts = lance_gateway::server::build_parts(&config)
+    let parts = lance_gateway::server::build_parts(&config, true)
         .await
         .expect("parts");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -3,22 +3,31 @@
 //! store and catalog code the server uses, and repairs with the same steps recovery takes.
 //!
 //! What is checked, per cell (the warehouse, or each bucket in endpoint mode):
-//! - every namespace's parent exists; every table's namespace exists;
+//! - every namespace's parent exists; every table's namespace exists; every record sits
+//!   under the key its id names;
 //! - every table's folder claim exists and is its own; no two tables share or nest a folder;
 //! - every table whose folder holds data opens as a Lance dataset; a registered table has data;
+//! - a record naming a folder of another warehouse (a moved or copied one);
 //! - marks on records whose operation is gone (a rollback's leftover);
 //! - unfinished operations (pending creates and renames, drops), with their age;
 //! - claims no table or operation holds, and dataset folders no record points to.
 //!
-//! Repair (`--repair`) settles unfinished operations recovery would settle (older than the
-//! grace period, or left by this node id in an earlier run), clears void marks, restores a
-//! missing claim, and removes claims no one holds whose folders hold no data. It never
-//! deletes data unless asked to (`--delete-orphans`): then dataset folders no record or
-//! operation points to are deleted, with their claims. Problems that need a decision
-//! (a table whose namespace is gone, two tables on one folder, a dataset that does not
-//! open) are reported and left.
+//! A check without `--repair` writes nothing (the admin opens a local store read-only).
+//! Repair settles unfinished operations recovery would settle (older than the grace period,
+//! or left by this node id in an earlier run), clears void marks, restores a missing claim
+//! or namespace, and removes claims no one holds over folders without data. Every repair is
+//! a conditional write on what was read, so an object that changed meanwhile is left alone.
+//! Data is deleted only with `--delete-orphans`, and only after the folder is claimed for
+//! the deletion (or its own unheld claim is found unchanged), so no create can take the
+//! folder meanwhile. Problems that need a decision (two tables on one folder, a dataset
+//! that does not open) are reported and left; a moved warehouse's records are pointed at
+//! their folders here only with `--relocate`.
+//!
+//! The lists of claims and datasets are read before the unfinished operations, and those
+//! before the records, so an operation that starts during the check is either seen as
+//! unfinished or leaves no trace in the earlier lists.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
 
@@ -27,30 +36,30 @@ use super::layout::Layout;
 use super::names::key_segment_decode;
 use super::records::*;
 use crate::access::Ctx;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::Condition;
-
-const RESTORED: &str = "; repair makes it again, with no properties";
 
 /// What to repair.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Repair {
     pub repair: bool,
     pub delete_orphans: bool,
+    pub relocate: bool,
 }
 
-/// One problem found.
+/// One thing found.
 #[derive(Clone, Debug, Serialize)]
 pub struct Finding {
-    /// A stable name for the kind of problem (`missing-claim`, `orphan-data`, ...).
+    /// A stable name for the kind of finding (`missing-claim`, `orphan-data`, ...).
     pub problem: &'static str,
-    /// The object concerned: a table or namespace id, or a store key.
+    /// The object concerned: a table or namespace id, a store key, or a folder's URI.
     pub object: String,
     pub detail: String,
-    /// Whether `--repair` fixed it in this run.
+    /// Whether this run repaired it.
     pub repaired: bool,
-    /// `problem`, or `note` for a leftover that every reader already treats as absent
-    /// (a void mark): reported and repaired, but not a reason to fail.
+    /// `problem`, or `note` for what is not wrong in itself: a leftover every reader
+    /// already treats as absent (a void mark), or data no table points to (a deregistered
+    /// table's data is kept on purpose).
     pub severity: &'static str,
 }
 
@@ -74,6 +83,9 @@ impl Report {
             .count()
     }
 }
+
+const NOTES: &[&str] = &["void-mark", "orphan-data"];
+const RESTORED: &str = "; repair makes it again, with no properties";
 
 /// All keys under `prefix`, in order.
 async fn list_all(cat: &Catalog, prefix: &str, shallow: bool) -> Result<Vec<String>> {
@@ -101,9 +113,64 @@ fn rel_id(prefix: &str, key: &str) -> Option<Vec<String>> {
         .collect()
 }
 
-/// `folder` is `other` or lies inside it.
-fn within(folder: &str, other: &str) -> bool {
-    folder == other || (folder.starts_with(other) && folder[other.len()..].starts_with('/'))
+/// Folder `a` is folder `b` or lies inside it.
+fn within(a: &str, b: &str) -> bool {
+    a == b || (a.starts_with(b) && a[b.len()..].starts_with('/'))
+}
+
+/// One folder inside the other, either way.
+fn overlap(a: &str, b: &str) -> bool {
+    within(a, b) || within(b, a)
+}
+
+/// What the unfinished operations left after the check hold: table uids, data folders and
+/// namespaces being created, and the raw text of entries that could not be decoded.
+#[derive(Default)]
+struct Held {
+    uids: HashSet<String>,
+    folders: Vec<String>,
+    namespaces: HashSet<Vec<String>>,
+    opaque: String,
+}
+
+impl Held {
+    fn table(&mut self, t: &TableRecord) {
+        self.uids.insert(t.uid.clone());
+        self.folders.push(t.data_key.clone());
+    }
+
+    fn entry(&mut self, entry: &Entry) {
+        match entry {
+            Entry::StagedTable(t) => self.table(t),
+            Entry::StagedNamespace(n) => {
+                self.namespaces.insert(n.id.clone());
+            }
+            Entry::Intent(i) => match &i.kind {
+                IntentKind::CreateTable { record }
+                | IntentKind::RenameTable { record, .. }
+                | IntentKind::DropTable { record, .. } => self.table(record),
+                IntentKind::CreateNamespace { record } => {
+                    self.namespaces.insert(record.id.clone());
+                }
+                IntentKind::DropNamespace { .. } | IntentKind::ReplaceNamespace { .. } => {}
+            },
+            Entry::LegacyPending(p) => {
+                self.uids.insert(p.uid.clone());
+                if let Some(t) = &p.table {
+                    self.table(t);
+                }
+            }
+            Entry::LegacyDrop(d) => self.table(&d.table),
+        }
+    }
+
+    fn holds_uid(&self, uid: &str) -> bool {
+        self.uids.contains(uid) || self.opaque.contains(uid)
+    }
+
+    fn holds_folder(&self, folder: &str) -> bool {
+        self.folders.iter().any(|f| overlap(folder, f)) || self.opaque.contains(folder)
+    }
 }
 
 struct Cell<'a> {
@@ -153,7 +220,7 @@ impl Catalog {
 
 impl Cell<'_> {
     fn find(&mut self, problem: &'static str, object: String, detail: String, repaired: bool) {
-        let severity = if problem == "void-mark" {
+        let severity = if NOTES.contains(&problem) {
             "note"
         } else {
             "problem"
@@ -167,6 +234,15 @@ impl Cell<'_> {
         });
     }
 
+    /// A read or repair of one object failed: reported, and the check goes on.
+    fn failed(&mut self, object: String, what: &str, e: Error) {
+        let detail = match e.detail {
+            Some(d) => format!("{what}: {} ({d})", e.message),
+            None => format!("{what}: {}", e.message),
+        };
+        self.find("check-failed", object, detail, false);
+    }
+
     fn show(&self, rel: &[String]) -> String {
         let mut id = self.base.clone();
         id.extend(rel.iter().cloned());
@@ -174,45 +250,73 @@ impl Cell<'_> {
     }
 
     async fn check(mut self) -> Result<()> {
-        // 1. Unfinished operations first: settling them is what makes the rest consistent.
-        let entries_text = self.entries().await?;
         let cat = self.cat;
         let dir = Layout::catalog_dir(&self.cell);
 
-        // 2. Namespaces.
+        // 1. What may turn out to be orphans, listed first (see the module's docs).
+        let claims_prefix = format!("{dir}locations/");
+        let claim_keys = list_all(cat, &claims_prefix, false).await?;
+        let datasets = self.datasets().await?;
+        self.report.claims += claim_keys.len();
+        self.report.datasets += datasets.len();
+
+        // 2. Unfinished operations: settling them is what makes the rest consistent.
+        let held = self.entries().await?;
+
+        // 3. Namespaces.
         let ns_prefix = format!("{dir}ns/");
-        let mut namespaces: HashSet<Vec<String>> = HashSet::new();
+        let mut namespaces: HashSet<Vec<String>> = held
+            .namespaces
+            .iter()
+            .filter_map(|id| id.get(self.base.len()..).map(<[String]>::to_vec))
+            .collect();
+        let mut seen = 0;
         for key in list_all(cat, &ns_prefix, false).await? {
             let Some(rel) = rel_id(&ns_prefix, &key) else {
                 self.find(
-                    "unreadable-key",
+                    "misplaced-record",
                     key,
-                    "not a namespace record key".into(),
+                    "not a namespace record's key".into(),
                     false,
                 );
                 continue;
             };
             match cat.read::<NamespaceRecord>(&key).await {
                 Ok(Some((record, _))) => {
-                    if let Some(mark) = &record.mark {
-                        self.void_mark(mark, &record.id, false).await?;
+                    if record.id.get(self.base.len()..) != Some(&rel[..])
+                        || !record.id.starts_with(&self.base)
+                    {
+                        self.find(
+                            "misplaced-record",
+                            key,
+                            format!(
+                                "holds namespace '{}', which belongs elsewhere",
+                                cat.show(&record.id)
+                            ),
+                            false,
+                        );
+                        continue;
                     }
+                    if let Some(mark) = &record.mark {
+                        self.void_mark(mark, &record.id, false).await;
+                    }
+                    seen += 1;
                     namespaces.insert(rel);
                 }
                 Ok(None) => {}
                 Err(e) => self.find("unreadable-record", key, e.message, false),
             }
         }
-        self.report.namespaces += namespaces.len();
-        let mut sorted: Vec<&Vec<String>> = namespaces.iter().collect();
+        self.report.namespaces += seen;
+        let mut sorted: Vec<Vec<String>> = namespaces.iter().cloned().collect();
         sorted.sort();
         let mut restored: HashSet<Vec<String>> = HashSet::new();
-        for rel in sorted {
+        for rel in &sorted {
             let parent = &rel[..rel.len() - 1];
             if !parent.is_empty() && !namespaces.contains(parent) {
                 let repaired = self
                     .restore_namespaces(parent, &namespaces, &mut restored)
-                    .await?;
+                    .await;
                 self.find(
                     "namespace-without-parent",
                     self.show(rel),
@@ -225,44 +329,65 @@ impl Cell<'_> {
             }
         }
 
-        // 3. Tables.
+        // 4. Tables.
         let tables_prefix = Layout::all_tables_prefix(&self.cell);
         let mut tables: Vec<TableRecord> = Vec::new();
         for key in list_all(cat, &tables_prefix, false).await? {
-            match cat.read::<TableRecord>(&key).await {
-                Ok(Some((mut record, _))) => {
-                    if let Some(mark) = &record.mark {
-                        self.void_mark(mark, &record.id, true).await?;
-                    }
-                    let uri = cat.layout.uri_of(&record.data_key);
-                    if record.location != uri {
-                        let repaired = self.how.repair && self.relocate(&key, &uri).await?;
-                        self.find(
-                            "location-mismatch",
-                            cat.show(&record.id),
-                            format!(
-                                "its location {} is not its data folder in this warehouse, {uri} (a moved or copied warehouse?); repair points it there",
-                                record.location
-                            ),
-                            repaired,
-                        );
-                        // The data is checked where the folder is in this warehouse.
-                        record.location = uri;
-                    }
-                    tables.push(record);
+            let record = match cat.read::<TableRecord>(&key).await {
+                Ok(Some((record, _))) => record,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.find("unreadable-record", key, e.message, false);
+                    continue;
                 }
-                Ok(None) => {}
-                Err(e) => self.find("unreadable-record", key, e.message, false),
+            };
+            let placed = record
+                .id
+                .get(self.base.len()..)
+                .filter(|rel| !rel.is_empty() && record.id.starts_with(&self.base))
+                .map(|rel| Layout::table_key_of_rel(&self.cell, rel));
+            if placed.as_deref() != Some(key.as_str()) || !record.data_key.starts_with(&self.cell) {
+                self.find(
+                    "misplaced-record",
+                    key,
+                    format!(
+                        "holds table '{}' with folder '{}', which belong elsewhere",
+                        cat.show(&record.id),
+                        record.data_key
+                    ),
+                    false,
+                );
+                continue;
             }
+            let mut record = record;
+            if let Some(mark) = &record.mark {
+                self.void_mark(mark, &record.id, true).await;
+            }
+            let uri = cat.layout.uri_of(&record.data_key);
+            if record.location != uri {
+                let repaired = self.how.relocate && self.relocate(&key, &uri).await;
+                self.find(
+                    "location-mismatch",
+                    cat.show(&record.id),
+                    format!(
+                        "its location {} is not its folder in this warehouse, {uri} (a moved or copied warehouse?); --repair --relocate points it there",
+                        record.location
+                    ),
+                    repaired,
+                );
+                // The data is checked where the folder is in this warehouse.
+                record.location = uri;
+            }
+            tables.push(record);
         }
         self.report.tables += tables.len();
         for t in &tables {
             let rel = &t.id[self.base.len()..];
-            let parent = &rel[..rel.len().saturating_sub(1)];
+            let parent = &rel[..rel.len() - 1];
             if !parent.is_empty() && !namespaces.contains(parent) {
                 let repaired = self
                     .restore_namespaces(parent, &namespaces, &mut restored)
-                    .await?;
+                    .await;
                 self.find(
                     "table-without-namespace",
                     cat.show(&t.id),
@@ -273,56 +398,15 @@ impl Cell<'_> {
                     repaired,
                 );
             }
-            self.check_claim(t).await?;
-            self.check_data(t).await?;
+            self.check_claim(t).await;
+            self.check_data(t).await;
         }
-        // Shared or nested folders.
-        let mut by_folder: BTreeMap<&str, &TableRecord> = BTreeMap::new();
-        for t in &tables {
-            if let Some(other) = by_folder.insert(&t.data_key, t) {
-                self.find(
-                    "shared-folder",
-                    cat.show(&t.id),
-                    format!(
-                        "shares its data folder {} with table '{}'",
-                        t.location,
-                        cat.show(&other.id)
-                    ),
-                    false,
-                );
-            }
-        }
-        for t in &tables {
-            let mut above = t.data_key.as_str();
-            while let Some(cut) = above.rfind('/') {
-                above = &above[..cut];
-                if let Some(outer) = by_folder.get(above) {
-                    self.find(
-                        "nested-folder",
-                        cat.show(&t.id),
-                        format!(
-                            "its data folder {} lies inside that of table '{}'",
-                            t.location,
-                            cat.show(&outer.id)
-                        ),
-                        false,
-                    );
-                }
-            }
-        }
+        self.shared_folders(&tables);
 
-        // 4. Claims and dataset folders no one holds.
-        let datasets = self.datasets().await?;
-        self.report.datasets += datasets.len();
+        // 5. Claims and dataset folders no one holds.
         let uids: HashSet<&str> = tables.iter().map(|t| t.uid.as_str()).collect();
-        let claims_prefix = format!("{dir}locations/");
-        let mut claimed_folders: HashMap<String, (String, String)> = HashMap::new();
-        let dataset_by_claim: HashMap<String, &String> = datasets
-            .iter()
-            .map(|d| (Layout::location_claim_key(&self.cell, d), d))
-            .collect();
-        for key in list_all(cat, &claims_prefix, false).await? {
-            self.report.claims += 1;
+        let mut unheld_claims: BTreeMap<String, (String, String)> = BTreeMap::new();
+        for key in claim_keys {
             let (claim, etag) = match cat.read::<LocationClaim>(&key).await {
                 Ok(Some(found)) => found,
                 Ok(None) => continue,
@@ -331,25 +415,25 @@ impl Cell<'_> {
                     continue;
                 }
             };
-            if uids.contains(claim.uid.as_str()) || entries_text.contains(&claim.uid) {
+            if uids.contains(claim.uid.as_str()) || held.holds_uid(&claim.uid) {
                 continue;
             }
-            match dataset_by_claim.get(&key) {
+            match datasets
+                .iter()
+                .find(|d| Layout::location_claim_key(&self.cell, d) == key)
+            {
+                // Reported with its dataset below; the claim goes with the data.
                 Some(folder) => {
-                    // The dataset is reported below, and the claim goes with it.
-                    claimed_folders.insert((*folder).clone(), (key, etag));
+                    unheld_claims.insert(folder.clone(), (key, etag));
                 }
                 None => {
-                    let repaired = self.how.repair
-                        && cat
-                            .remove(&key, &etag)
-                            .await
-                            .map_err(crate::error::Error::from)?;
+                    let repaired =
+                        self.how.repair && matches!(cat.remove(&key, &etag).await, Ok(true));
                     self.find(
                         "orphan-claim",
                         key,
                         format!(
-                            "a folder claim of table '{}' (uid {}) that no table or operation holds; its folder holds no dataset",
+                            "a folder claim of table '{}' (uid {}) that no table or operation holds, over a folder without a dataset",
                             cat.show(&claim.table),
                             claim.uid
                         ),
@@ -359,32 +443,21 @@ impl Cell<'_> {
             }
         }
         for folder in &datasets {
-            let held = tables.iter().any(|t| within(folder, &t.data_key))
-                || entries_text.contains(folder.as_str());
-            if held {
+            let held_by_table = tables.iter().any(|t| overlap(folder, &t.data_key));
+            if held_by_table || held.holds_folder(folder) {
                 continue;
             }
-            let claim = claimed_folders.remove(folder);
-            let mut repaired = false;
-            if self.how.delete_orphans {
-                cat.store.delete_prefix(&format!("{folder}/")).await?;
-                if let Some((key, etag)) = &claim {
-                    cat.remove(key, etag)
-                        .await
-                        .map_err(crate::error::Error::from)?;
-                }
-                repaired = true;
-            }
+            let claim = unheld_claims.remove(folder);
+            let (repaired, note) = if self.how.delete_orphans {
+                self.delete_orphan(folder, claim.as_ref()).await
+            } else {
+                (false, String::new())
+            };
             self.find(
                 "orphan-data",
                 cat.layout.uri_of(folder),
                 format!(
-                    "a Lance dataset no table record points to{}; deleted only with --delete-orphans",
-                    if claim.is_some() {
-                        " (its folder claim is left too)"
-                    } else {
-                        ""
-                    }
+                    "a Lance dataset no table or operation points to (a deregistered table's data is kept on purpose); deleted only with --repair --delete-orphans{note}"
                 ),
                 repaired,
             );
@@ -392,51 +465,64 @@ impl Cell<'_> {
         Ok(())
     }
 
-    /// Reports (and with repair, settles) every unfinished operation; returns the text of
-    /// those left, so claims and folders they hold are not taken for orphans.
-    async fn entries(&mut self) -> Result<String> {
+    /// Reports (and with repair, settles) every unfinished operation; returns what those
+    /// left hold, so their claims, folders and namespaces are not taken for orphans.
+    async fn entries(&mut self) -> Result<Held> {
         let cat = self.cat;
-        let mut left = String::new();
+        let mut held = Held::default();
+        let drops = Layout::drops_prefix(&self.cell);
         for (prefix, shallow) in [
             (Layout::all_pending_prefix(&self.cell), false),
-            (Layout::drops_prefix(&self.cell), true),
+            (drops.clone(), true),
         ] {
             for key in list_all(cat, &prefix, shallow).await? {
-                let Some(obj) = cat.store.get(&key).await? else {
-                    continue;
+                let obj = match cat.store.get(&key).await {
+                    Ok(Some(obj)) => obj,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        self.failed(key, "reading it", e.into());
+                        continue;
+                    }
                 };
                 let entry = match Entry::decode(&key, Layout::entry_kind(&key), &obj.body) {
                     Ok(entry) => entry,
                     Err(e) => {
                         self.find("unreadable-record", key, e.message, false);
-                        left.push_str(&String::from_utf8_lossy(&obj.body));
+                        held.opaque.push_str(&String::from_utf8_lossy(&obj.body));
                         continue;
                     }
                 };
                 self.report.operations_in_flight += 1;
+                let idle_s = now_ms().saturating_sub(entry.alive_at_ms()) / 1000;
                 let age_s = now_ms().saturating_sub(entry.started_at_ms()) / 1000;
                 let settleable = entry.is_aborted() || cat.settleable_entry(&entry);
-                let detail = format!(
-                    "{} (operation {}) by {}, started {age_s} s ago{}",
+                let mut detail = format!(
+                    "{} (operation {}) by {}, started {age_s} s ago, last driven {idle_s} s ago{}",
                     entry.name(),
                     entry.op_id(),
                     entry.owner().unwrap_or("a format-1 gateway"),
                     if settleable {
                         ""
                     } else {
-                        "; younger than the grace period, so possibly live: settled by its gateway, or by repair once it is older"
+                        "; within the grace period, so possibly live: settled by its gateway, or by repair once it is older"
                     }
                 );
-                let repaired = if self.how.repair && settleable {
-                    cat.settle(&key, entry, &obj.etag).await?
-                        && cat.store.get(&key).await?.is_none()
-                } else {
-                    false
-                };
-                if !repaired {
-                    left.push_str(&String::from_utf8_lossy(&obj.body));
+                let mut repaired = false;
+                if self.how.repair && settleable {
+                    match cat.settle(&key, entry.clone(), &obj.etag).await {
+                        Ok(_) => repaired = matches!(cat.store.get(&key).await, Ok(None)),
+                        Err(e) => detail.push_str(&format!("; settling failed: {e}")),
+                    }
+                    if !repaired {
+                        detail.push_str(
+                            "; not settled (changed meanwhile, or another gateway settles it)",
+                        );
+                    }
                 }
-                let problem = if key.starts_with(&Layout::drops_prefix(&self.cell)) {
+                if !repaired {
+                    held.entry(&entry);
+                }
+                let problem = if key.starts_with(&drops) {
                     "unfinished-drop"
                 } else {
                     "unfinished-operation"
@@ -444,25 +530,27 @@ impl Cell<'_> {
                 self.find(problem, key, detail, repaired);
             }
         }
-        Ok(left)
+        Ok(held)
     }
 
     /// A mark whose operation is gone (the leftover of a rollback): reported, and cleared
     /// with repair. A mark whose operation is still recorded is that operation's, reported
     /// with it. Nothing is settled here: a check without repair changes nothing.
-    async fn void_mark(&mut self, mark: &Mark, id: &[String], table: bool) -> Result<()> {
+    async fn void_mark(&mut self, mark: &Mark, id: &[String], table: bool) {
         let cat = self.cat;
-        if let Some((entry, _)) = cat.read_entry(&mark.intent).await?
-            && entry.op_id() == mark.op_id
-        {
-            return Ok(());
+        match cat.read_entry(&mark.intent).await {
+            Ok(Some((entry, _))) if entry.op_id() == mark.op_id => return,
+            Ok(_) => {}
+            Err(e) => return self.failed(cat.show(id), "reading the operation of its mark", e),
         }
+        let mut repaired = false;
         if self.how.repair {
-            if table {
-                cat.unmark_table(id, &mark.op_id).await?;
+            let cleared = if table {
+                cat.unmark_table(id, &mark.op_id).await
             } else {
-                cat.unmark_namespace(id, &mark.op_id).await?;
-            }
+                cat.unmark_namespace(id, &mark.op_id).await
+            };
+            repaired = cleared.is_ok();
         }
         self.find(
             "void-mark",
@@ -471,9 +559,8 @@ impl Cell<'_> {
                 "marked by operation {} whose intent is gone: the leftover of a rollback cut short, which every reader treats as no mark",
                 mark.op_id
             ),
-            self.how.repair,
+            repaired,
         );
-        Ok(())
     }
 
     /// With repair, makes namespace `rel` and any missing namespace above it again (empty
@@ -483,9 +570,9 @@ impl Cell<'_> {
         rel: &[String],
         existing: &HashSet<Vec<String>>,
         restored: &mut HashSet<Vec<String>>,
-    ) -> Result<bool> {
+    ) -> bool {
         if !self.how.repair {
-            return Ok(false);
+            return false;
         }
         for depth in 1..=rel.len() {
             let part = &rel[..depth];
@@ -504,35 +591,38 @@ impl Cell<'_> {
                 mark: None,
                 rev: new_uid(),
             };
-            match self.cat.write_namespace(&record, Condition::IfAbsent).await {
-                Ok(_) | Err(crate::store::StoreError::PreconditionFailed) => {
-                    restored.insert(part.to_vec());
-                }
-                Err(e) => return Err(e.into()),
+            if self
+                .cat
+                .write_namespace(&record, Condition::IfAbsent)
+                .await
+                .is_err()
+            {
+                // Taken meanwhile, or the store refused: either way not repaired by us.
+                return false;
             }
+            restored.insert(part.to_vec());
         }
-        Ok(true)
+        true
     }
 
     /// Points the record at `key` to `uri`, its data folder in this warehouse.
-    async fn relocate(&self, key: &str, uri: &str) -> Result<bool> {
-        let Some((mut record, etag)) = self.cat.read::<TableRecord>(key).await? else {
-            return Ok(false);
+    async fn relocate(&self, key: &str, uri: &str) -> bool {
+        let Ok(Some((mut record, etag))) = self.cat.read::<TableRecord>(key).await else {
+            return false;
         };
         record.location = uri.to_string();
-        Ok(self
-            .cat
+        self.cat
             .write(key, encode(&record.revised()), Condition::IfMatch(etag))
             .await
-            .is_ok())
+            .is_ok()
     }
 
-    async fn check_claim(&mut self, t: &TableRecord) -> Result<()> {
+    async fn check_claim(&mut self, t: &TableRecord) {
         let cat = self.cat;
         let key = Layout::location_claim_key(&self.cell, &t.data_key);
-        match cat.read::<LocationClaim>(&key).await? {
-            Some((claim, _)) if claim.uid == t.uid => {}
-            Some((claim, _)) => self.find(
+        match cat.read::<LocationClaim>(&key).await {
+            Ok(Some((claim, _))) if claim.uid == t.uid => {}
+            Ok(Some((claim, _))) => self.find(
                 "claim-of-another",
                 cat.show(&t.id),
                 format!(
@@ -543,12 +633,13 @@ impl Cell<'_> {
                 ),
                 false,
             ),
-            None => {
+            Ok(None) => {
                 let claim = LocationClaim {
                     format_version: FORMAT_VERSION,
                     uid: t.uid.clone(),
                     table: t.id.clone(),
                 };
+                // Claimed as a create would: refused if a folder above or below is claimed.
                 let repaired = self.how.repair
                     && cat
                         .write(&key, encode(&claim), Condition::IfAbsent)
@@ -561,34 +652,121 @@ impl Cell<'_> {
                     repaired,
                 );
             }
+            Err(e) => self.failed(cat.show(&t.id), "reading its folder claim", e),
         }
-        Ok(())
     }
 
-    async fn check_data(&mut self, t: &TableRecord) -> Result<()> {
+    async fn check_data(&mut self, t: &TableRecord) {
         let cat = self.cat;
-        if cat.has_data(t).await? {
-            if let Err(e) = cat.dataset_details(t).await {
-                self.find(
-                    "unreadable-dataset",
-                    cat.show(&t.id),
-                    format!(
-                        "its data folder {} does not open as a Lance dataset: {}",
-                        t.location,
-                        e.detail.as_deref().unwrap_or(&e.message)
-                    ),
-                    false,
-                );
+        match cat.has_data(t).await {
+            Ok(true) => {
+                if let Err(e) = cat.dataset_details(t).await {
+                    self.find(
+                        "unreadable-dataset",
+                        cat.show(&t.id),
+                        format!(
+                            "its data folder {} does not open as a Lance dataset: {}",
+                            t.location,
+                            e.detail.as_deref().unwrap_or(&e.message)
+                        ),
+                        false,
+                    );
+                }
             }
-        } else if t.origin == "register" {
-            self.find(
+            Ok(false) if t.origin == "register" => self.find(
                 "missing-data",
                 cat.show(&t.id),
                 format!("registered at {}, which holds no Lance dataset", t.location),
                 false,
-            );
+            ),
+            Ok(false) => {}
+            Err(e) => self.failed(cat.show(&t.id), "looking for its data", e),
         }
-        Ok(())
+    }
+
+    fn shared_folders(&mut self, tables: &[TableRecord]) {
+        let cat = self.cat;
+        let mut by_folder: BTreeMap<&str, &TableRecord> = BTreeMap::new();
+        for t in tables {
+            if let Some(other) = by_folder.insert(&t.data_key, t) {
+                self.find(
+                    "shared-folder",
+                    cat.show(&t.id),
+                    format!(
+                        "shares its data folder {} with table '{}'",
+                        t.location,
+                        cat.show(&other.id)
+                    ),
+                    false,
+                );
+            }
+        }
+        for t in tables {
+            let mut above = t.data_key.as_str();
+            while let Some(cut) = above.rfind('/') {
+                above = &above[..cut];
+                if let Some(outer) = by_folder.get(above) {
+                    self.find(
+                        "nested-folder",
+                        cat.show(&t.id),
+                        format!(
+                            "its data folder {} lies inside that of table '{}'",
+                            t.location,
+                            cat.show(&outer.id)
+                        ),
+                        false,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Deletes an orphan dataset: only under a claim no create can get past (its own
+    /// unheld claim, found unchanged, or one taken for the deletion), and only if no claim
+    /// lies below it. Returns whether it was deleted, and why not.
+    async fn delete_orphan(
+        &self,
+        folder: &str,
+        claim: Option<&(String, String)>,
+    ) -> (bool, String) {
+        let cat = self.cat;
+        let below = Layout::location_claims_below(&self.cell, folder);
+        match cat.store.list(&below, None, 1, false).await {
+            Ok(page) if page.keys.is_empty() => {}
+            Ok(_) => return (false, "; not deleted: a folder inside it is claimed".into()),
+            Err(e) => return (false, format!("; not deleted: {e}")),
+        }
+        let result: Result<()> = async {
+            match claim {
+                Some((key, etag)) => {
+                    match cat.read::<LocationClaim>(key).await? {
+                        Some((_, now)) if &now == etag => {}
+                        _ => return Err(Error::conflict("its claim changed during the check")),
+                    }
+                    cat.store.delete_prefix(&format!("{folder}/")).await?;
+                    cat.remove(key, etag).await?;
+                }
+                None => {
+                    let uid = format!("fsck-{}", new_uid());
+                    let fsck = ["lance-gateway-fsck".to_string()];
+                    match cat.claim_location(&self.cell, folder, &uid, &fsck).await? {
+                        super::claims::Claim::Claimed => {}
+                        _ => {
+                            return Err(Error::conflict("the folder was claimed during the check"));
+                        }
+                    }
+                    let deleted = cat.store.delete_prefix(&format!("{folder}/")).await;
+                    cat.release_location(&self.cell, folder, &uid).await?;
+                    deleted?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => (true, String::new()),
+            Err(e) => (false, format!("; not deleted: {}", e.message)),
+        }
     }
 
     /// The dataset folders of the cell: every folder holding `_versions/`, outside the

@@ -184,11 +184,17 @@ impl Catalog {
             };
             // The store may not be up yet (a sidecar starting beside its S3 server): then the
             // record is written by the first create, and /readyz reports the store meanwhile.
-            match catalog
-                .store
-                .put(&key, encode(&record), Condition::IfAbsent)
-                .await
-            {
+            // Looked for first: opening an existing warehouse writes nothing.
+            let exists = matches!(catalog.store.get(&key).await, Ok(Some(_)));
+            let put = if exists {
+                Err(StoreError::PreconditionFailed)
+            } else {
+                catalog
+                    .store
+                    .put(&key, encode(&record), Condition::IfAbsent)
+                    .await
+            };
+            match put {
                 Ok(_) | Err(StoreError::PreconditionFailed) => {
                     if let Some(obj) = catalog.store.get(&key).await? {
                         decode::<CellRecord>(&key, &obj.body)?;

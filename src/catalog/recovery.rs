@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 /// or written by a newer gateway) must not keep recovery from the entries after it.
 fn note(failed: &mut Option<Error>, key: &str, result: Result<()>) {
     if let Err(e) = result {
-        crate::telemetry::settled(false);
         tracing::warn!(key, error = %e, "could not settle an entry; moving on");
         failed.get_or_insert(e);
     }
@@ -26,8 +25,15 @@ async fn settle_key(catalog: &Catalog, key: &str, force: bool) -> Result<()> {
         return Ok(());
     };
     if force || entry.is_aborted() || catalog.settleable_entry(&entry) {
-        catalog.settle(key, entry, &etag).await?;
-        crate::telemetry::settled(true);
+        match catalog.settle(key, entry, &etag).await {
+            Ok(true) => crate::telemetry::settled(true),
+            // Changed meanwhile, or another gateway is settling it.
+            Ok(false) => {}
+            Err(e) => {
+                crate::telemetry::settled(false);
+                return Err(e);
+            }
+        }
     }
     Ok(())
 }

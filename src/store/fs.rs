@@ -116,6 +116,22 @@ impl FsStore {
         Ok(store)
     }
 
+    /// Opens an existing warehouse folder only to read it: nothing is created, probed or
+    /// cleaned up (for `admin` checks, which must change nothing). Writes are not expected.
+    pub fn open_read_only(root: &Path) -> std::io::Result<Self> {
+        let root = root.canonicalize()?;
+        let lock = fs::File::open(root.join(LOCK_FILE)).or_else(|_| fs::File::open(&root))?;
+        Ok(FsStore {
+            inner: Arc::new(Inner {
+                root,
+                lock: Mutex::new(lock),
+                sync: true,
+                links: true,
+                last_stamp: AtomicU64::new(0),
+            }),
+        })
+    }
+
     /// Serves no `publish`, as on a file system without hard links.
     pub fn without_hard_links(mut self) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {

@@ -24,6 +24,8 @@ fn outcome<T>(result: &StoreResult<T>) -> &'static str {
     match result {
         Ok(_) => "ok",
         Err(StoreError::PreconditionFailed | StoreError::StagedChanged) => "conflict",
+        // Endpoint mode asks about buckets that may not exist: an answer, not a failure.
+        Err(StoreError::NoSuchBucket(_)) => "missing",
         Err(_) => "error",
     }
 }

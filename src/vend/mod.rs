@@ -114,7 +114,7 @@ impl Vendor {
                     Keys::Gateway(_) => "gateway",
                     _ => "static",
                 };
-                crate::telemetry::vended(policy, policy);
+                crate::telemetry::vended(policy, "all");
                 ctx.note_vended(Vended {
                     access: policy,
                     key_id_prefix: key_id_prefix(id),
