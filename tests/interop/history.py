@@ -367,7 +367,10 @@ def fsck_problems(cluster: Cluster) -> list[str]:
             if f["severity"] == "problem"]
 
 
-def run_round(cluster: Cluster, wh: Warehouse, index: int, seed: int, seconds: float, workers: int, kills: bool) -> Round:
+def run_round(cluster: Cluster, wh: Warehouse, index: int, seed: int, seconds: float, workers: int, kills: bool,
+              on_start=None) -> Round:
+    """One round; `on_start` is called once the round's namespaces and folders are set up,
+    just before the workload (the fault suite turns its faults on there)."""
     prefix = f"h{seed % 10000}r{index}"
     r = Round(prefix, [f"{prefix}a", f"{prefix}b"], ["t0", "t1", "t2"], [])
     for i in range(2):
@@ -378,6 +381,8 @@ def run_round(cluster: Cluster, wh: Warehouse, index: int, seed: int, seconds: f
     for ns in r.namespaces:
         status, body = call(cluster.ports[0], "POST", f"/v1/namespace/{enc([ns])}/create", {})
         assert status == 200, body
+    if on_start is not None:
+        on_start()
     r.clock0 = time.monotonic()
     until = time.monotonic() + seconds
     threads = [threading.Thread(target=worker, args=(cluster, r, p, seed * 100 + p, until)) for p in range(workers)]

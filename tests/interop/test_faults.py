@@ -43,8 +43,10 @@ def test_a_misbehaving_store_loses_nothing(faulty):
     proxy, cluster, wh, seed, (bucket, seaweed, env) = faulty
     total, errors = 0, []
     for i in range(3):
-        proxy.faults = Faults(latency=0.2, max_delay=0.2, error=0.04, drop_before=0.02, drop_after=0.03, cut=0.03)
-        r = run_round(cluster, wh, i, seed + i, seconds=6, workers=4, kills=False)
+        def faults_on():
+            proxy.faults = Faults(latency=0.2, max_delay=0.2, error=0.04, drop_before=0.02, drop_after=0.03, cut=0.03)
+
+        r = run_round(cluster, wh, i, seed + i, seconds=6, workers=4, kills=False, on_start=faults_on)
         proxy.faults = Faults()
         problems = verify_round(cluster, wh, r, seed + i)
         assert not problems, f"round {i} (seed {seed + i}):\n" + "\n".join(problems) + "\n" + cluster.logs()
