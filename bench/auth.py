@@ -5,7 +5,8 @@ side by side in one run.
 Two groups, because a describe on S3 waits for the store and would hide the cost of the
 checks themselves:
   - local warehouse: anonymous (no authentication, no grants) / API key + grants /
-    JWT + grants / API key + 1 000 grants (the cost of a larger grants file);
+    JWT + grants / API key + grants with metrics served / API key + 1 000 grants (the cost
+    of a larger grants file);
   - SeaweedFS warehouse (on loopback): API key, nothing vended / API key, `static` keys
     vended / API key, `sts` keys vended from the cache (the first describe fills it, the
     load then measures the warm path the target is about).
@@ -32,7 +33,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
 import boto3  # noqa: E402
 
 import seaweedfs  # noqa: E402
-from conftest import start_gateway  # noqa: E402
+from conftest import free_port, start_gateway  # noqa: E402
 from security import Issuer, call, enc, make_key, write  # noqa: E402
 from metadata import parse_latency  # noqa: E402
 
@@ -156,6 +157,9 @@ def local_configs(work, keys_file, admin_key, reader_key, issuer) -> dict:
             no_keys),
         "JWT (RS256) + grants": lambda: (
             gateway([*oidc, "--grants", grants_file(0)], "jwt"), jwt_admin, jwt_reader, TABLE, no_keys),
+        "API key + grants, metrics on": lambda: (
+            gateway(["--api-keys", keys_file, "--grants", grants_file(0), "--metrics-listen",
+                     f"127.0.0.1:{free_port()}"], "keym"), key_admin, key_reader, TABLE, no_keys),
         "API key + 1 000 grants": lambda: (
             gateway(["--api-keys", keys_file, "--grants", grants_file(1000)], "key1k"), key_admin, key_reader, TABLE,
             no_keys),

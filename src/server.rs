@@ -299,8 +299,14 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         tracing::info!(listen = %addr, "serving metrics at /metrics");
         tokio::spawn(telemetry::serve(metrics, handle));
     }
+    // Store calls are counted only while metrics are served.
+    let store: Arc<dyn Store> = if config.metrics_listen.is_some() {
+        Arc::new(Metered::new(parts.store))
+    } else {
+        parts.store
+    };
     let catalog = Catalog::open(
-        Arc::new(Metered::new(parts.store)),
+        store,
         parts.layout,
         Arc::new(LanceDatasets::new(parts.own_access)),
         Settings::new(config.recovery_grace, config.node_id.clone())
@@ -338,6 +344,7 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
         request_timeout: config.request_timeout,
+        metrics: config.metrics_listen.is_some(),
     };
     let app = tower::ServiceBuilder::new()
         .map_request(api::normalize_path)

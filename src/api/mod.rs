@@ -38,6 +38,9 @@ pub struct AppState {
 pub struct Limits {
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    /// Count and time requests (only while metrics are served: otherwise the bookkeeping
+    /// would cost every request for nothing).
+    pub metrics: bool,
 }
 
 pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -114,16 +117,20 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         routes = routes.route(&format!("/v1/table/{{id}}/{op}"), any(unsupported));
     }
     let timeout = limits.request_timeout;
-    routes
+    let routes = routes
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .with_state(state.clone())
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state, guard::guard))
         .layer(middleware::from_fn(move |req: Request, next: Next| with_timeout(req, next, timeout)))
-        .layer(middleware::from_fn(scope_request_path))
-        .layer(middleware::from_fn(crate::telemetry::track))
-        .layer(
+        .layer(middleware::from_fn(scope_request_path));
+    let routes = if limits.metrics {
+        routes.layer(middleware::from_fn(crate::telemetry::track))
+    } else {
+        routes
+    };
+    routes.layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
                 .layer(
