@@ -123,7 +123,9 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .with_state(state.clone())
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state, guard::guard))
-        .layer(middleware::from_fn(move |req: Request, next: Next| with_timeout(req, next, timeout)))
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            with_timeout(req, next, timeout)
+        }))
         .layer(middleware::from_fn(scope_request_path));
     let routes = if limits.metrics {
         routes.layer(middleware::from_fn(crate::telemetry::track))
