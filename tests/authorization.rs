@@ -4,27 +4,17 @@
 //! rules do not depend on the store; the interop suites run them over real stores and
 //! clients).
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use lance_gateway::access::{Ctx, GrantSet, Grants, Principal};
 use lance_gateway::catalog::layout::{Layout, Warehouse};
-use lance_gateway::catalog::{
-    Catalog, CreateMode, DatasetDetails, DatasetReader, DropBehavior, DropMode, Settings,
-};
+use lance_gateway::catalog::{Catalog, CreateMode, DropBehavior, DropMode, Settings};
 use lance_gateway::error::{Code, Result};
 use lance_gateway::store::memory::MemoryStore;
-
-struct NoDatasets;
-
-#[async_trait]
-impl DatasetReader for NoDatasets {
-    async fn describe(&self, _location: &str) -> Result<DatasetDetails> {
-        Ok(DatasetDetails::default())
-    }
-}
 
 const GRANTS: &str = r#"
 [[grant]]
@@ -76,7 +66,7 @@ async fn catalog() -> Catalog {
             bucket: "mem".into(),
             prefix: "w/".into(),
         }),
-        Arc::new(NoDatasets),
+        Arc::new(common::NoDatasets),
         Settings::new(Duration::from_secs(10), "authz-gw").with_grants(grants),
     )
     .await

@@ -9,26 +9,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use lance_gateway::catalog::layout::{Layout, Warehouse};
-use lance_gateway::catalog::{
-    Catalog, CreateMode, DatasetDetails, DatasetReader, DropBehavior, DropMode, Settings,
-};
-use lance_gateway::error::{Code, Result};
+use lance_gateway::catalog::{Catalog, CreateMode, DropBehavior, DropMode, Settings};
+use lance_gateway::error::Code;
 use lance_gateway::store::Store;
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
 use lance_gateway::store::s3::{S3Root, S3Store};
-
-/// The rules never read datasets; describing one is the data plane's job.
-struct NoDatasets;
-
-#[async_trait]
-impl DatasetReader for NoDatasets {
-    async fn describe(&self, _location: &str) -> Result<DatasetDetails> {
-        Ok(DatasetDetails::default())
-    }
-}
 
 fn id(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| s.to_string()).collect()
@@ -39,7 +26,7 @@ async fn open(store: Arc<dyn Store>, warehouse: Warehouse, grace: Duration) -> A
         Catalog::open(
             store,
             Layout::new(warehouse),
-            Arc::new(NoDatasets),
+            Arc::new(common::NoDatasets),
             Settings::new(grace, "rules-gw"),
         )
         .await

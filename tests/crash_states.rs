@@ -13,30 +13,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use lance_gateway::catalog::layout::{Layout, Warehouse};
 use lance_gateway::catalog::records::{
     FORMAT_VERSION, Intent, IntentKind, IntentState, Mark, TableRecord, encode,
 };
-use lance_gateway::catalog::{
-    Catalog, CreateMode, DatasetDetails, DatasetReader, DropBehavior, DropMode, Settings, recovery,
-};
+use lance_gateway::catalog::{Catalog, CreateMode, DropBehavior, DropMode, Settings, recovery};
 use lance_gateway::error::{Code, Result};
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
 use lance_gateway::store::s3::{S3Root, S3Store};
 use lance_gateway::store::{Condition, Store};
 use serde_json::{Value, json};
-
-struct NoDatasets;
-
-#[async_trait]
-impl DatasetReader for NoDatasets {
-    async fn describe(&self, _location: &str) -> Result<DatasetDetails> {
-        Ok(DatasetDetails::default())
-    }
-}
 
 /// The node id of the gateway under test; "killed" entries are written by another node,
 /// named per scenario (in endpoint mode every sweep visits every scenario's bucket, and a
@@ -135,7 +123,7 @@ async fn open(store: Arc<dyn Store>, warehouse: Warehouse, node: &str) -> Arc<Ca
         Catalog::open(
             store,
             Layout::new(warehouse),
-            Arc::new(NoDatasets),
+            Arc::new(common::NoDatasets),
             Settings::new(GRACE, node),
         )
         .await

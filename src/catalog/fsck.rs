@@ -684,21 +684,28 @@ impl Cell<'_> {
         }
     }
 
+    /// Table `t` and table `other` on one folder: reported, for a person to decide.
+    fn two_tables(
+        &mut self,
+        problem: &'static str,
+        t: &TableRecord,
+        how: &str,
+        other: &TableRecord,
+    ) {
+        let detail = format!(
+            "{how} that of table '{}' ({} and {})",
+            self.cat.show(&other.id),
+            t.location,
+            other.location
+        );
+        self.find(problem, self.cat.show(&t.id), detail, false);
+    }
+
     fn shared_folders(&mut self, tables: &[TableRecord]) {
-        let cat = self.cat;
         let mut by_folder: BTreeMap<&str, &TableRecord> = BTreeMap::new();
         for t in tables {
             if let Some(other) = by_folder.insert(&t.data_key, t) {
-                self.find(
-                    "shared-folder",
-                    cat.show(&t.id),
-                    format!(
-                        "shares its data folder {} with table '{}'",
-                        t.location,
-                        cat.show(&other.id)
-                    ),
-                    false,
-                );
+                self.two_tables("shared-folder", t, "shares its data folder with", other);
             }
         }
         for t in tables {
@@ -706,16 +713,7 @@ impl Cell<'_> {
             while let Some(cut) = above.rfind('/') {
                 above = &above[..cut];
                 if let Some(outer) = by_folder.get(above) {
-                    self.find(
-                        "nested-folder",
-                        cat.show(&t.id),
-                        format!(
-                            "its data folder {} lies inside that of table '{}'",
-                            t.location,
-                            cat.show(&outer.id)
-                        ),
-                        false,
-                    );
+                    self.two_tables("nested-folder", t, "its data folder lies inside", outer);
                 }
             }
         }

@@ -69,3 +69,17 @@ pub fn unique(tag: &str) -> String {
 }
 
 pub type DynStore = Arc<dyn lance_gateway::store::Store>;
+
+/// A dataset reader for suites that test catalog rules: they never read datasets
+/// (describing one is the data plane's job).
+pub struct NoDatasets;
+
+#[async_trait::async_trait]
+impl lance_gateway::catalog::DatasetReader for NoDatasets {
+    async fn describe(
+        &self,
+        _location: &str,
+    ) -> lance_gateway::error::Result<lance_gateway::catalog::DatasetDetails> {
+        Ok(lance_gateway::catalog::DatasetDetails::default())
+    }
+}
