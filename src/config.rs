@@ -277,6 +277,22 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_MAX_BODY_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<usize>,
+    /// Largest Arrow upload (CreateTable, InsertIntoTable, MergeInsertIntoTable), in bytes [default: 268435456].
+    #[arg(long, env = "LANCE_GATEWAY_MAX_ARROW_BODY_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_arrow_body_bytes: Option<usize>,
+    /// Most rows one QueryTable answer may hold [default: 1000000].
+    #[arg(long, env = "LANCE_GATEWAY_MAX_QUERY_ROWS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_query_rows: Option<usize>,
+    /// Largest QueryTable answer, in bytes of Arrow data [default: 268435456].
+    #[arg(long, env = "LANCE_GATEWAY_MAX_QUERY_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_query_bytes: Option<usize>,
+    /// Threads for data work (writes, queries, index builds), apart from those answering requests [default: the number of CPUs].
+    #[arg(long, env = "LANCE_GATEWAY_DATA_THREADS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_threads: Option<usize>,
     /// Longest a request may take, in seconds [default: 30].
     #[arg(long, env = "LANCE_GATEWAY_REQUEST_TIMEOUT_SECS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -412,6 +428,8 @@ pub struct Config {
     pub tls: Option<TlsSettings>,
     pub audit_log: Option<String>,
     pub max_body_bytes: usize,
+    pub data_limits: crate::api::data::DataLimits,
+    pub data_threads: usize,
     pub request_timeout: Duration,
     pub limits: ConnectionLimits,
     pub recovery_grace: Duration,
@@ -606,6 +624,34 @@ impl Config {
         if max_body_bytes < 1024 {
             return Err(bad("max-body-bytes", "must be at least 1024"));
         }
+        let defaults = crate::api::data::DataLimits::default();
+        let at_least_one = |name: &'static str, value: Option<usize>, default: usize| match value {
+            Some(0) => Err(bad(name, "must be at least 1")),
+            Some(v) => Ok(v),
+            None => Ok(default),
+        };
+        let data_limits = crate::api::data::DataLimits {
+            max_arrow_body_bytes: at_least_one(
+                "max-arrow-body-bytes",
+                s.max_arrow_body_bytes,
+                defaults.max_arrow_body_bytes,
+            )?,
+            max_query_rows: at_least_one(
+                "max-query-rows",
+                s.max_query_rows,
+                defaults.max_query_rows,
+            )?,
+            max_query_bytes: at_least_one(
+                "max-query-bytes",
+                s.max_query_bytes,
+                defaults.max_query_bytes,
+            )?,
+        };
+        let data_threads = at_least_one(
+            "data-threads",
+            s.data_threads,
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
+        )?;
         let timeout = positive("request-timeout-secs", s.request_timeout_secs, 30)?;
         let grace = s.recovery_grace_secs.unwrap_or(120);
         if grace < 2 {
@@ -647,6 +693,8 @@ impl Config {
             tls,
             audit_log: s.audit_log.filter(|a| !a.trim().is_empty()),
             max_body_bytes,
+            data_limits,
+            data_threads,
             request_timeout: Duration::from_secs(timeout),
             limits,
             recovery_grace: Duration::from_secs(grace),

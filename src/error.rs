@@ -14,13 +14,22 @@ pub enum Code {
     NamespaceNotEmpty = 3,
     TableNotFound = 4,
     TableAlreadyExists = 5,
+    TableIndexNotFound = 6,
+    TableIndexAlreadyExists = 7,
+    TableTagNotFound = 8,
+    TableTagAlreadyExists = 9,
     TableVersionNotFound = 11,
+    TableColumnNotFound = 12,
     InvalidInput = 13,
     ConcurrentModification = 14,
     PermissionDenied = 15,
     Unauthenticated = 16,
     ServiceUnavailable = 17,
     Internal = 18,
+    InvalidTableState = 19,
+    TableSchemaValidationError = 20,
+    TableBranchNotFound = 22,
+    TableBranchAlreadyExists = 23,
 }
 
 impl Code {
@@ -28,12 +37,22 @@ impl Code {
     pub fn http_status(self) -> u16 {
         match self {
             Code::Unsupported => 406,
-            Code::NamespaceNotFound | Code::TableNotFound | Code::TableVersionNotFound => 404,
+            Code::NamespaceNotFound
+            | Code::TableNotFound
+            | Code::TableIndexNotFound
+            | Code::TableTagNotFound
+            | Code::TableVersionNotFound
+            | Code::TableColumnNotFound
+            | Code::TableBranchNotFound => 404,
             Code::NamespaceAlreadyExists
             | Code::NamespaceNotEmpty
             | Code::TableAlreadyExists
-            | Code::ConcurrentModification => 409,
-            Code::InvalidInput => 400,
+            | Code::TableIndexAlreadyExists
+            | Code::TableTagAlreadyExists
+            | Code::ConcurrentModification
+            | Code::InvalidTableState
+            | Code::TableBranchAlreadyExists => 409,
+            Code::InvalidInput | Code::TableSchemaValidationError => 400,
             Code::PermissionDenied => 403,
             Code::Unauthenticated => 401,
             Code::ServiceUnavailable => 503,

@@ -2,6 +2,8 @@
 //! warehouse. `main.rs` is the command line; `server` wires configuration to the layers:
 //! HTTP (`api`) -> rules (`catalog`) -> objects (`store`), with `vend` and `data` beside.
 #![forbid(unsafe_code)]
+// The data plane's handlers nest deep async state machines (axum over lance).
+#![recursion_limit = "256"]
 
 pub mod access;
 pub mod admin;

@@ -25,7 +25,7 @@ use crate::auth::{ApiKeys, Authenticator, Oidc, PeerIdentity};
 use crate::catalog::layout::{Layout, Warehouse};
 use crate::catalog::{Catalog, Settings, recovery};
 use crate::config::{Config, CredentialPolicy, WarehouseUri};
-use crate::data::LanceDatasets;
+use crate::data::{DataRuntime, LanceDatasets};
 use crate::store::Store;
 use crate::store::fs::FsStore;
 use crate::store::metered::Metered;
@@ -305,10 +305,13 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     } else {
         parts.store
     };
+    let runtime = DataRuntime::dedicated(config.data_threads)
+        .map_err(|e| format!("could not start the data runtime: {e}"))?;
+    let datasets = Arc::new(LanceDatasets::new(parts.own_access).with_runtime(runtime));
     let catalog = Catalog::open(
         store,
         parts.layout,
-        Arc::new(LanceDatasets::new(parts.own_access)),
+        datasets.clone(),
         Settings::new(config.recovery_grace, config.node_id.clone())
             .with_grants(security.grants.clone()),
     )
@@ -340,6 +343,8 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         vendor: Arc::new(parts.client_vendor),
         auth: Arc::new(security.auth),
         audit: Arc::new(security.audit),
+        data: datasets,
+        data_limits: config.data_limits,
     };
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,

@@ -420,9 +420,9 @@ async fn wire_quirks_and_errors() {
     assert_error(s, &b, 404, 1);
     // unsupported spec routes, unknown routes and wrong methods: JSON, code 0
     for (method, path) in [
-        (Method::POST, "/v1/table/n1%24t/count_rows"),
-        (Method::POST, "/v1/table/n1%24t/version/list"),
-        (Method::POST, "/v1/table/n1%24t/index/idx/stats"),
+        (Method::POST, "/v1/table/n1%24t/backfill_column"),
+        (Method::POST, "/v1/table/n1%24t/version/create"),
+        (Method::POST, "/v1/table/n1%24t/version/delete"),
         (Method::POST, "/v1/transaction/x/describe"),
         (Method::GET, "/v1/nothing/here"),
         (Method::GET, "/v1/namespace/n1/create"),

@@ -1,6 +1,7 @@
 //! HTTP only: the router, the middleware every request passes through, and the routes of
-//! the spec that are not served yet (answered with Unsupported, code 0).
+//! the spec that are not served (answered with Unsupported, code 0).
 
+pub mod data;
 pub mod error;
 pub mod extract;
 pub mod guard;
@@ -33,6 +34,8 @@ pub struct AppState {
     pub vendor: Arc<Vendor>,
     pub auth: Arc<Authenticator>,
     pub audit: Arc<Audit>,
+    pub data: Arc<crate::data::LanceDatasets>,
+    pub data_limits: data::DataLimits,
 }
 
 pub struct Limits {
@@ -45,41 +48,12 @@ pub struct Limits {
 
 pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The spec's table routes that lance-gateway does not serve yet.
+/// The spec's table routes that lance-gateway does not serve: the managed-versioning
+/// protocol (it answers `managed_versioning: false`, so clients commit through Lance) and
+/// the jobs of other products (backfills, materialized-view refreshes).
 const UNSERVED_TABLE_ROUTES: &[&str] = &[
-    "create",
-    "insert",
-    "merge_insert",
-    "update",
-    "delete",
-    "query",
-    "count_rows",
-    "explain_plan",
-    "analyze_plan",
-    "restore",
-    "stats",
-    "add_columns",
-    "alter_columns",
-    "drop_columns",
     "backfill_column",
-    "update_field_metadata",
-    "schema_metadata/update",
-    "create_index",
-    "create_scalar_index",
-    "index/list",
-    "index/{index_name}/stats",
-    "index/{index_name}/drop",
-    "tags/list",
-    "tags/version",
-    "tags/create",
-    "tags/delete",
-    "tags/update",
-    "branches/list",
-    "branches/create",
-    "branches/delete",
-    "version/list",
     "version/create",
-    "version/describe",
     "version/delete",
     "refresh",
 ];
@@ -107,6 +81,55 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .route("/v1/table/{id}/drop", post(table::drop))
         .route("/v1/table/{id}/deregister", post(table::deregister))
         .route("/v1/table/{id}/rename", post(table::rename))
+        .route("/v1/table/{id}/create", post(data::create))
+        .route("/v1/table/{id}/insert", post(data::insert))
+        .route("/v1/table/{id}/merge_insert", post(data::merge_insert))
+        .route("/v1/table/{id}/update", post(data::update))
+        .route("/v1/table/{id}/delete", post(data::delete))
+        .route("/v1/table/{id}/query", post(data::query))
+        .route("/v1/table/{id}/count_rows", post(data::count_rows))
+        .route("/v1/table/{id}/explain_plan", post(data::explain_plan))
+        .route("/v1/table/{id}/analyze_plan", post(data::analyze_plan))
+        .route("/v1/table/{id}/stats", post(data::stats))
+        .route("/v1/table/{id}/restore", post(data::restore))
+        .route("/v1/table/{id}/version/list", post(data::list_versions))
+        .route(
+            "/v1/table/{id}/version/describe",
+            post(data::describe_version),
+        )
+        .route("/v1/table/{id}/tags/list", post(data::list_tags))
+        .route("/v1/table/{id}/tags/version", post(data::tag_version))
+        .route("/v1/table/{id}/tags/create", post(data::create_tag))
+        .route("/v1/table/{id}/tags/update", post(data::update_tag))
+        .route("/v1/table/{id}/tags/delete", post(data::delete_tag))
+        .route("/v1/table/{id}/branches/list", post(data::list_branches))
+        .route("/v1/table/{id}/branches/create", post(data::create_branch))
+        .route("/v1/table/{id}/branches/delete", post(data::delete_branch))
+        .route("/v1/table/{id}/create_index", post(data::create_index))
+        .route(
+            "/v1/table/{id}/create_scalar_index",
+            post(data::create_scalar_index),
+        )
+        .route("/v1/table/{id}/index/list", post(data::list_indices))
+        .route(
+            "/v1/table/{id}/index/{index_name}/stats",
+            post(data::index_stats),
+        )
+        .route(
+            "/v1/table/{id}/index/{index_name}/drop",
+            post(data::drop_index),
+        )
+        .route("/v1/table/{id}/add_columns", post(data::add_columns))
+        .route("/v1/table/{id}/alter_columns", post(data::alter_columns))
+        .route("/v1/table/{id}/drop_columns", post(data::drop_columns))
+        .route(
+            "/v1/table/{id}/update_field_metadata",
+            post(data::update_field_metadata),
+        )
+        .route(
+            "/v1/table/{id}/schema_metadata/update",
+            post(data::update_schema_metadata),
+        )
         .route("/v1/table/version/batch-create", any(unsupported))
         .route("/v1/table/batch-commit", any(unsupported))
         .route("/v1/transaction/{id}/describe", any(unsupported))

@@ -128,4 +128,30 @@ impl Catalog {
         };
         Err(self.refuse(ctx, error, Level::Admin, id))
     }
+
+    /// A data operation on table `id` that needs `needed` (write for writes, admin for
+    /// destructive index and schema changes). A caller who may not even read the table is
+    /// told it is missing.
+    pub(crate) fn may_change_table(
+        &self,
+        ctx: &Ctx,
+        id: &[String],
+        needed: Level,
+        what: &str,
+    ) -> Result<()> {
+        let level = self.access(ctx, id);
+        if level >= needed {
+            return Ok(());
+        }
+        let error = if level >= Level::Read {
+            Error::permission_denied(format!(
+                "{what} on table '{}' needs {} access",
+                self.show(id),
+                needed.name()
+            ))
+        } else {
+            self.hidden_table(ctx, id)
+        };
+        Err(self.refuse(ctx, error, needed, id))
+    }
 }

@@ -233,7 +233,7 @@ impl Catalog {
         Patience::new(RIVAL_WAIT.min(Duration::from_millis(self.grace_ms / 4)))
     }
 
-    fn show(&self, id: &[String]) -> String {
+    pub(crate) fn show(&self, id: &[String]) -> String {
         join(id, self.delim)
     }
 

@@ -388,6 +388,18 @@ impl Catalog {
         }
     }
 
+    /// Takes back a table this gateway just created whose data could not be written (a
+    /// failed CreateTable): removed with its folder, but only if the record is still the
+    /// one created (a rival may have replaced it since).
+    pub(crate) async fn abandon_table(&self, created: &TableRecord) -> Result<()> {
+        match self.read_table(&created.id).await? {
+            Some((current, _)) if current.uid == created.uid => {
+                self.remove_table(&created.id, true).await.map(|_| ())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// DropTable (`delete_data`) and DeregisterTable.
     pub async fn drop_table(
         &self,

@@ -1,28 +1,205 @@
-//! The lance-backed data plane. Today it reads what DescribeTable reports with
-//! `load_detailed_metadata`: the latest version, the schema and fragment statistics.
+//! The lance-backed data plane: opening a table's dataset at a version, tag or branch,
+//! and the data operations of the spec run on it (`write`, `read`, `refs`, `index`,
+//! `schema`). Everything here works on a dataset location; which table that is, and whether
+//! the caller may touch it, is decided before (`api::data` asks the catalog).
+//!
+//! Data work runs on its own runtime (`DataRuntime`), so a large write, scan or index build
+//! never occupies the threads that answer metadata requests, and every change runs to its
+//! end even when the client goes away (a Lance commit is atomic: a change either produces
+//! its new version or leaves the table as it was).
+
+pub mod index;
+pub mod ipc;
+pub mod read;
+pub mod refs;
+pub mod schema;
+pub mod write;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use lance::Dataset;
 use lance::dataset::builder::DatasetBuilder;
+use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
+use lance::session::Session;
 
 use crate::catalog::{DatasetDetails, DatasetReader};
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::vend::Vendor;
 
-/// Opens datasets with the gateway's own access to the warehouse.
+/// Which state of a table a request reads: the latest version of the main branch unless a
+/// version, a tag or a branch is named.
+#[derive(Clone, Debug, Default)]
+pub struct At {
+    pub version: Option<u64>,
+    pub branch: Option<String>,
+    pub tag: Option<String>,
+}
+
+impl At {
+    pub fn latest() -> Self {
+        At::default()
+    }
+
+    /// A request's `version` and `branch` fields (a negative version is refused; a branch
+    /// named `main` is the main branch).
+    pub fn of(version: Option<i64>, branch: Option<&str>) -> Result<Self> {
+        let version = match version {
+            Some(v) if v < 0 => {
+                return Err(Error::invalid(format!(
+                    "version must not be negative, got {v}"
+                )));
+            }
+            Some(v) => Some(v as u64),
+            None => None,
+        };
+        Ok(At {
+            version,
+            branch: branch
+                .map(str::trim)
+                .filter(|b| !b.is_empty() && *b != "main")
+                .map(str::to_string),
+            tag: None,
+        })
+    }
+}
+
+/// Where data work runs: a runtime of its own, beside the one that serves requests.
+#[derive(Clone)]
+pub struct DataRuntime {
+    handle: tokio::runtime::Handle,
+}
+
+impl DataRuntime {
+    /// A runtime of `threads` workers that lives as long as the process.
+    pub fn dedicated(threads: usize) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("lance-data")
+            .enable_all()
+            .build()?;
+        // Never dropped: dropping a runtime inside another one's async context panics, and
+        // the process exits with it anyway.
+        let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
+        Ok(DataRuntime {
+            handle: runtime.handle().clone(),
+        })
+    }
+
+    /// The caller's own runtime (for tests and tools that serve no requests).
+    pub fn current() -> Self {
+        DataRuntime {
+            handle: tokio::runtime::Handle::current(),
+        }
+    }
+
+    /// Runs `work` on the data runtime to its end, even if the caller stops waiting.
+    pub async fn run<T, F>(&self, work: F) -> Result<T>
+    where
+        F: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.handle
+            .spawn(work)
+            .await
+            .map_err(|e| Error::internal("a data operation failed", e))?
+    }
+}
+
+/// Opens datasets with the gateway's own access to the warehouse, sharing one Lance session
+/// (its index and metadata caches) across requests.
 pub struct LanceDatasets {
     access: Vendor,
+    session: Arc<Session>,
+    runtime: DataRuntime,
 }
 
 impl LanceDatasets {
     /// `access` must vend the gateway's own credentials (or none, on a local warehouse).
+    /// Data work runs on the caller's runtime until `with_runtime` says otherwise.
     pub fn new(access: Vendor) -> Self {
-        LanceDatasets { access }
+        LanceDatasets {
+            access,
+            session: Arc::new(Session::default()),
+            runtime: DataRuntime::current(),
+        }
     }
 
-    async fn options(&self) -> Result<HashMap<String, String>> {
+    pub fn with_runtime(mut self, runtime: DataRuntime) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
+    pub fn runtime(&self) -> &DataRuntime {
+        &self.runtime
+    }
+
+    pub fn session(&self) -> Arc<Session> {
+        self.session.clone()
+    }
+
+    pub async fn options(&self) -> Result<HashMap<String, String>> {
         self.access.plain(true).await
+    }
+
+    /// The object-store settings for writing a new dataset at a location.
+    pub async fn store_params(&self) -> Result<ObjectStoreParams> {
+        Ok(ObjectStoreParams {
+            storage_options_accessor: Some(Arc::new(StorageOptionsAccessor::with_static_options(
+                self.options().await?,
+            ))),
+            ..Default::default()
+        })
+    }
+
+    /// The dataset at `location`, as of `at`.
+    pub async fn open(&self, location: &str, at: &At) -> Result<Dataset> {
+        let mut builder = DatasetBuilder::from_uri(location)
+            .with_storage_options(self.options().await?)
+            .with_session(self.session.clone());
+        builder = match (&at.tag, &at.branch, at.version) {
+            (Some(tag), _, _) => builder.with_tag(tag),
+            (None, Some(branch), version) => builder.with_branch(branch, version),
+            (None, None, Some(version)) => builder.with_version(version),
+            (None, None, None) => builder,
+        };
+        builder.load().await.map_err(|e| match e {
+            // A branch that is not there has no version folder at all.
+            lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. }
+                if at.branch.is_some()
+                    && (at.version.is_none()
+                        || e.to_string().contains("_versions ")
+                        || e.to_string().trim_end().ends_with("_versions")) =>
+            {
+                Error::new(
+                    Code::TableBranchNotFound,
+                    format!(
+                        "branch '{}' not found",
+                        at.branch.as_deref().unwrap_or_default()
+                    ),
+                )
+            }
+            lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. }
+                if at.version.is_some() =>
+            {
+                Error::new(
+                    Code::TableVersionNotFound,
+                    format!(
+                        "version {} of the table not found",
+                        at.version.unwrap_or_default()
+                    ),
+                )
+            }
+            lance::Error::DatasetNotFound { .. } if at.version.is_none() && at.tag.is_none() => {
+                Error::new(
+                    Code::InvalidTableState,
+                    format!("the table at '{location}' holds no data yet"),
+                )
+            }
+            other => lance_error(other),
+        })
     }
 }
 
@@ -31,6 +208,7 @@ impl DatasetReader for LanceDatasets {
     async fn describe(&self, location: &str) -> Result<DatasetDetails> {
         let dataset = DatasetBuilder::from_uri(location)
             .with_storage_options(self.options().await?)
+            .with_session(self.session.clone())
             .load()
             .await
             .map_err(|e| {
@@ -50,5 +228,100 @@ impl DatasetReader for LanceDatasets {
             num_fragments: dataset.get_fragments().len() as i64,
             metadata: dataset.metadata().clone(),
         })
+    }
+}
+
+/// A Lance failure as the spec's error: the client's mistakes (bad SQL, unknown columns,
+/// wrong types) get their codes; a failure of the store is ServiceUnavailable; anything else
+/// is Internal, with the cause in the log.
+pub fn lance_error(e: lance::Error) -> Error {
+    use lance::Error as L;
+    let text = e.to_string();
+    let code = match &e {
+        L::InvalidInput { .. } | L::InvalidRef { .. } | L::NotSupported { .. } => {
+            if names_missing_column(&text) {
+                Code::TableColumnNotFound
+            } else {
+                Code::InvalidInput
+            }
+        }
+        L::FieldNotFound { .. } => Code::TableColumnNotFound,
+        L::SchemaMismatch { .. } => Code::TableSchemaValidationError,
+        L::Schema { .. } | L::Arrow { .. } | L::Execution { .. } => {
+            if names_missing_column(&text) {
+                Code::TableColumnNotFound
+            } else {
+                Code::InvalidInput
+            }
+        }
+        L::DatasetAlreadyExists { .. } => Code::TableAlreadyExists,
+        L::DatasetNotFound { .. } => Code::TableNotFound,
+        L::CommitConflict { .. }
+        | L::RetryableCommitConflict { .. }
+        | L::TooMuchWriteContention { .. }
+        | L::IncompatibleTransaction { .. }
+        | L::VersionConflict { .. } => Code::ConcurrentModification,
+        L::IndexNotFound { .. } => Code::TableIndexNotFound,
+        L::VersionNotFound { .. } => Code::TableVersionNotFound,
+        L::RefNotFound { .. } if text.contains("ranch") => Code::TableBranchNotFound,
+        L::RefNotFound { .. } => Code::TableTagNotFound,
+        L::RefConflict { .. } if text.contains("ranch") => Code::TableBranchAlreadyExists,
+        L::RefConflict { .. } => Code::TableTagAlreadyExists,
+        L::NotFound { .. } if text.contains("ranch") => Code::TableBranchNotFound,
+        L::NotFound { .. } if text.contains("ersion") => Code::TableVersionNotFound,
+        L::IO { .. } | L::Timeout { .. } | L::Backpressure { .. } => Code::ServiceUnavailable,
+        L::Index { .. } if text.contains("already exists") => Code::TableIndexAlreadyExists,
+        L::Index { .. } => Code::InvalidInput,
+        _ => {
+            return Error::internal("the data operation failed", &text);
+        }
+    };
+    Error::new(code, first_line(&text)).with_detail(text)
+}
+
+fn names_missing_column(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.contains("no field named")
+        || lower.contains("column not found")
+        || lower.contains("field not found")
+        || (lower.contains("column") && lower.contains("does not exist"))
+        || (lower.contains("column") && lower.contains("not found"))
+        || lower.contains("not found in schema")
+}
+
+/// A short message for the client: the first line, without Lance's source location.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or(text);
+    let line = match line.rfind(", /") {
+        Some(i) => &line[..i],
+        None => line,
+    };
+    line.chars().take(500).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_reads_main_as_the_main_branch_and_refuses_negative_versions() {
+        let at = At::of(Some(3), Some("main")).unwrap();
+        assert_eq!(at.version, Some(3));
+        assert_eq!(at.branch, None);
+        assert_eq!(At::of(Some(-1), None).unwrap_err().code, Code::InvalidInput);
+        assert_eq!(
+            At::of(None, Some("dev")).unwrap().branch.as_deref(),
+            Some("dev")
+        );
+    }
+
+    #[test]
+    fn client_mistakes_keep_their_codes() {
+        let e = lance_error(lance::Error::invalid_input("No field named nope"));
+        assert_eq!(e.code, Code::TableColumnNotFound);
+        let e = lance_error(lance::Error::invalid_input("bad predicate"));
+        assert_eq!(e.code, Code::InvalidInput);
+        let e = lance_error(lance::Error::index_not_found("name=x"));
+        assert_eq!(e.code, Code::TableIndexNotFound);
     }
 }

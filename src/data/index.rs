@@ -1,0 +1,329 @@
+//! Indices: create (vector, scalar and full-text, with their build parameters), list, stats
+//! and drop.
+
+use lance::Dataset;
+use lance::index::DatasetIndexExt;
+use lance::index::vector::VectorIndexParams;
+use lance_index::IndexType;
+use lance_index::scalar::{BuiltinIndexType, InvertedIndexParams, ScalarIndexParams};
+use lance_index::vector::hnsw::builder::HnswBuildParams;
+use lance_index::vector::ivf::IvfBuildParams;
+use lance_index::vector::pq::PQBuildParams;
+use lance_index::vector::sq::builder::SQBuildParams;
+use lance_linalg::distance::DistanceType;
+use lance_namespace::models::{
+    CreateTableIndexRequest, DescribeTableIndexStatsResponse, IndexContent,
+};
+
+use super::lance_error;
+use crate::error::{Code, Error, Result};
+
+fn non_negative(name: &str, value: Option<i32>) -> Result<Option<usize>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v < 0 => Err(Error::invalid(format!(
+            "{name} must not be negative, got {v}"
+        ))),
+        Some(0) => Ok(None),
+        Some(v) => Ok(Some(v as usize)),
+    }
+}
+
+fn distance(req: &CreateTableIndexRequest) -> Result<DistanceType> {
+    match req.distance_type.as_deref().filter(|d| !d.is_empty()) {
+        None => Ok(DistanceType::L2),
+        Some(name) => DistanceType::try_from(name.to_ascii_lowercase().as_str()).map_err(|_| {
+            Error::invalid(format!(
+                "unknown distance_type '{name}' (use l2, cosine, dot or hamming)"
+            ))
+        }),
+    }
+}
+
+fn ivf(req: &CreateTableIndexRequest) -> Result<IvfBuildParams> {
+    let mut ivf = IvfBuildParams::default();
+    if let Some(n) = non_negative("num_partitions", req.num_partitions)? {
+        ivf.num_partitions = Some(n);
+    } else if let Some(size) = non_negative("target_partition_size", req.target_partition_size)? {
+        ivf.target_partition_size = Some(size);
+    }
+    if let Some(iters) = non_negative("max_iterations", req.max_iterations)? {
+        ivf.max_iters = iters;
+    }
+    if let Some(rate) = non_negative("sample_rate", req.sample_rate)? {
+        ivf.sample_rate = rate;
+    }
+    Ok(ivf)
+}
+
+fn pq(req: &CreateTableIndexRequest) -> Result<PQBuildParams> {
+    let mut pq = PQBuildParams::default();
+    if let Some(n) = non_negative("num_sub_vectors", req.num_sub_vectors)? {
+        pq.num_sub_vectors = n;
+    }
+    if let Some(bits) = non_negative("num_bits", req.num_bits)? {
+        pq.num_bits = bits;
+    }
+    if let Some(iters) = non_negative("max_iterations", req.max_iterations)? {
+        pq.max_iters = iters;
+    }
+    if let Some(rate) = non_negative("sample_rate", req.sample_rate)? {
+        pq.sample_rate = rate;
+    }
+    Ok(pq)
+}
+
+fn hnsw(req: &CreateTableIndexRequest) -> Result<HnswBuildParams> {
+    let mut hnsw = HnswBuildParams::default();
+    if let Some(m) = non_negative("m", req.m)? {
+        hnsw.m = m;
+    }
+    if let Some(ef) = non_negative("ef_construction", req.ef_construction)? {
+        hnsw.ef_construction = ef;
+    }
+    Ok(hnsw)
+}
+
+fn fts(req: &CreateTableIndexRequest) -> Result<InvertedIndexParams> {
+    let mut params = InvertedIndexParams::default();
+    if let Some(tokenizer) = req.base_tokenizer.as_deref().filter(|t| !t.is_empty()) {
+        params = params.base_tokenizer(tokenizer.to_string());
+    }
+    if let Some(language) = req.language.as_deref().filter(|l| !l.is_empty()) {
+        params = params.language(language).map_err(lance_error)?;
+    }
+    if let Some(with_position) = req.with_position {
+        params = params.with_position(with_position);
+    }
+    if let Some(max) = non_negative("max_token_length", req.max_token_length)? {
+        params = params.max_token_length(Some(max));
+    }
+    if let Some(lower) = req.lower_case {
+        params = params.lower_case(lower);
+    }
+    if let Some(stem) = req.stem {
+        params = params.stem(stem);
+    }
+    if let Some(stop) = req.remove_stop_words {
+        params = params.remove_stop_words(stop);
+    }
+    if let Some(fold) = req.ascii_folding {
+        params = params.ascii_folding(fold);
+    }
+    Ok(params)
+}
+
+/// Index types a request may name, in the spellings clients use.
+fn index_kind(name: &str) -> Option<&'static str> {
+    Some(
+        match name.to_ascii_uppercase().replace(['-', ' '], "_").as_str() {
+            "BTREE" | "SCALAR" => "BTREE",
+            "BITMAP" => "BITMAP",
+            "LABEL_LIST" | "LABELLIST" => "LABEL_LIST",
+            "FTS" | "INVERTED" => "FTS",
+            "IVF_FLAT" => "IVF_FLAT",
+            "IVF_PQ" | "VECTOR" => "IVF_PQ",
+            "IVF_HNSW_SQ" => "IVF_HNSW_SQ",
+            "IVF_HNSW_PQ" => "IVF_HNSW_PQ",
+            "IVF_SQ" => "IVF_SQ",
+            _ => return None,
+        },
+    )
+}
+
+/// Builds the index the request describes (replacing one of the same name) and answers the
+/// dataset version it made. `scalar_only` refuses vector index types
+/// (CreateTableScalarIndex).
+pub async fn create(
+    mut dataset: Dataset,
+    req: &CreateTableIndexRequest,
+    scalar_only: bool,
+) -> Result<u64> {
+    let column = req.column.trim();
+    if column.is_empty() {
+        return Err(Error::invalid("create_index needs a column"));
+    }
+    if dataset.schema().field(column).is_none() {
+        return Err(Error::new(
+            Code::TableColumnNotFound,
+            format!("column '{column}' is not in the table"),
+        ));
+    }
+    let kind = index_kind(&req.index_type).ok_or_else(|| {
+        Error::invalid(format!(
+            "unknown index_type '{}' (use BTREE, BITMAP, LABEL_LIST, FTS, IVF_FLAT, IVF_SQ, IVF_PQ, IVF_HNSW_SQ or IVF_HNSW_PQ)",
+            req.index_type
+        ))
+    })?;
+    if scalar_only && kind.starts_with("IVF") {
+        return Err(Error::invalid(format!(
+            "create_scalar_index cannot build a {kind} index: use create_index"
+        )));
+    }
+    let name = req.name.clone().filter(|n| !n.trim().is_empty());
+    let columns = [column];
+    let metric = distance(req)?;
+    let created = match kind {
+        "BTREE" | "BITMAP" | "LABEL_LIST" => {
+            let (builtin, index_type) = match kind {
+                "BTREE" => (BuiltinIndexType::BTree, IndexType::BTree),
+                "BITMAP" => (BuiltinIndexType::Bitmap, IndexType::Bitmap),
+                _ => (BuiltinIndexType::LabelList, IndexType::LabelList),
+            };
+            let params = ScalarIndexParams::for_builtin(builtin);
+            dataset
+                .create_index(&columns, index_type, name, &params, true)
+                .await
+        }
+        "FTS" => {
+            let params = fts(req)?;
+            dataset
+                .create_index(&columns, IndexType::Inverted, name, &params, true)
+                .await
+        }
+        _ => {
+            let (params, index_type) = match kind {
+                "IVF_FLAT" => (
+                    VectorIndexParams::with_ivf_flat_params(metric, ivf(req)?),
+                    IndexType::IvfFlat,
+                ),
+                "IVF_SQ" => (
+                    VectorIndexParams::with_ivf_sq_params(metric, ivf(req)?, sq(req)),
+                    IndexType::IvfSq,
+                ),
+                "IVF_HNSW_SQ" => (
+                    VectorIndexParams::with_ivf_hnsw_sq_params(
+                        metric,
+                        ivf(req)?,
+                        hnsw(req)?,
+                        sq(req),
+                    ),
+                    IndexType::IvfHnswSq,
+                ),
+                "IVF_HNSW_PQ" => (
+                    VectorIndexParams::with_ivf_hnsw_pq_params(
+                        metric,
+                        ivf(req)?,
+                        hnsw(req)?,
+                        pq(req)?,
+                    ),
+                    IndexType::IvfHnswPq,
+                ),
+                _ => (
+                    VectorIndexParams::with_ivf_pq_params(metric, ivf(req)?, pq(req)?),
+                    IndexType::IvfPq,
+                ),
+            };
+            dataset
+                .create_index(&columns, index_type, name, &params, true)
+                .await
+        }
+    };
+    created.map_err(lance_error)?;
+    Ok(dataset.version().version)
+}
+
+fn sq(req: &CreateTableIndexRequest) -> SQBuildParams {
+    let mut sq = SQBuildParams::default();
+    if let Some(rate) = req.sample_rate.filter(|r| *r > 0) {
+        sq.sample_rate = rate as usize;
+    }
+    sq
+}
+
+/// Every index of the dataset, by name.
+pub async fn list(dataset: &Dataset) -> Result<Vec<IndexContent>> {
+    let descriptions = dataset.describe_indices(None).await.map_err(lance_error)?;
+    let total = dataset.count_rows(None).await.map_err(lance_error)? as i64;
+    let mut out = Vec::with_capacity(descriptions.len());
+    for d in descriptions {
+        let columns = d
+            .field_ids()
+            .iter()
+            .filter_map(|id| dataset.schema().field_by_id(*id as i32))
+            .map(|f| f.name.clone())
+            .collect();
+        let segments = d.metadata();
+        let first = segments.first();
+        let indexed = d.rows_indexed() as i64;
+        out.push(IndexContent {
+            index_name: d.name().to_string(),
+            index_uuid: first.map(|s| s.uuid.to_string()).unwrap_or_default(),
+            columns,
+            status: "Ready".into(),
+            index_type: Some(d.index_type().to_string()),
+            type_url: Some(d.type_url().to_string()),
+            num_indexed_rows: Some(indexed),
+            num_unindexed_rows: Some((total - indexed).max(0)),
+            size_bytes: d.total_size_bytes().map(|b| b as i64),
+            num_segments: Some(segments.len() as i32),
+            created_at: first.and_then(|s| s.created_at).map(|t| t.to_rfc3339()),
+            index_version: first.map(|s| s.index_version),
+            index_details: d.details().ok(),
+        });
+    }
+    out.sort_by(|a, b| a.index_name.cmp(&b.index_name));
+    Ok(out)
+}
+
+fn not_found(name: &str) -> Error {
+    Error::new(
+        Code::TableIndexNotFound,
+        format!("index '{name}' not found"),
+    )
+}
+
+/// DescribeTableIndexStats.
+pub async fn stats(dataset: &Dataset, name: &str) -> Result<DescribeTableIndexStatsResponse> {
+    let index = list(dataset)
+        .await?
+        .into_iter()
+        .find(|i| i.index_name == name)
+        .ok_or_else(|| not_found(name))?;
+    let raw = dataset.index_statistics(name).await.map_err(lance_error)?;
+    let stats: serde_json::Value = serde_json::from_str(&raw).unwrap_or_default();
+    // Vector indices report their metric per segment.
+    let distance_type = [Some(&stats), stats.pointer("/indices/0")]
+        .into_iter()
+        .flatten()
+        .find_map(|s| s.get("distance_type").or_else(|| s.get("metric_type")))
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    Ok(DescribeTableIndexStatsResponse {
+        distance_type,
+        index_type: index.index_type,
+        num_indexed_rows: index.num_indexed_rows,
+        num_unindexed_rows: index.num_unindexed_rows,
+        num_indices: index.num_segments,
+        ..Default::default()
+    })
+}
+
+/// Drops index `name`; answers the version that made.
+pub async fn drop(mut dataset: Dataset, name: &str) -> Result<u64> {
+    let exists = dataset
+        .load_indices()
+        .await
+        .map_err(lance_error)?
+        .iter()
+        .any(|i| i.name == name);
+    if !exists {
+        return Err(not_found(name));
+    }
+    dataset.drop_index(name).await.map_err(lance_error)?;
+    Ok(dataset.version().version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_types_in_the_clients_spellings() {
+        assert_eq!(index_kind("ivf_pq"), Some("IVF_PQ"));
+        assert_eq!(index_kind("IVF-HNSW-SQ"), Some("IVF_HNSW_SQ"));
+        assert_eq!(index_kind("Inverted"), Some("FTS"));
+        assert_eq!(index_kind("LabelList"), Some("LABEL_LIST"));
+        assert_eq!(index_kind("RTREE2"), None);
+    }
+}

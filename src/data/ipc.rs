@@ -1,0 +1,150 @@
+//! Arrow IPC in and out: uploads arrive as an IPC stream under their own size cap, results
+//! leave as an IPC file (what the clients' `pa.ipc.open_file` expects).
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, RecordBatchIterator, RecordBatchReader};
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::FileWriter;
+use arrow_schema::SchemaRef;
+use axum::body::Body;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+
+use crate::error::{Error, Result};
+
+/// A decoded upload: its schema (also when it carries no batches) and its rows.
+#[derive(Clone, Debug)]
+pub struct Upload {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+impl Upload {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    pub fn reader(self) -> Box<dyn RecordBatchReader + Send> {
+        Box::new(RecordBatchIterator::new(
+            self.batches.into_iter().map(Ok),
+            self.schema,
+        ))
+    }
+}
+
+/// Reads an Arrow IPC stream body of at most `cap` bytes. A body past the cap is refused
+/// with InvalidInput naming the limit, before anything is decoded or written.
+pub async fn read_upload(body: Body, cap: usize) -> Result<Upload> {
+    let collected = Limited::new(body, cap).collect().await.map_err(|e| {
+        if e.downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
+            Error::invalid(format!(
+                "the Arrow upload is larger than the limit of {cap} bytes (max-arrow-body-bytes)"
+            ))
+        } else {
+            Error::invalid("the request body could not be read").with_detail(e.to_string())
+        }
+    })?;
+    decode_stream(collected.to_bytes())
+}
+
+/// Decodes an Arrow IPC stream. An empty body, or bytes that are not a stream, are the
+/// client's mistake (InvalidInput).
+pub fn decode_stream(bytes: Bytes) -> Result<Upload> {
+    if bytes.is_empty() {
+        return Err(Error::invalid(
+            "the request body must be an Arrow IPC stream (it is empty)",
+        ));
+    }
+    let reader = StreamReader::try_new(Cursor::new(bytes), None).map_err(|e| {
+        Error::invalid("the request body is not an Arrow IPC stream").with_detail(e.to_string())
+    })?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Error::invalid("the Arrow IPC stream could not be read").with_detail(e.to_string())
+        })?;
+    if schema.fields().is_empty() {
+        return Err(Error::invalid(
+            "the Arrow IPC stream's schema has no columns",
+        ));
+    }
+    Ok(Upload { schema, batches })
+}
+
+/// Encodes batches as an Arrow IPC file.
+pub fn encode_file(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut writer = FileWriter::try_new(&mut out, schema)
+        .map_err(|e| Error::internal("could not encode the result", e))?;
+    for batch in batches {
+        writer
+            .write(batch)
+            .map_err(|e| Error::internal("could not encode the result", e))?;
+    }
+    writer
+        .finish()
+        .map_err(|e| Error::internal("could not encode the result", e))?;
+    drop(writer);
+    Ok(out)
+}
+
+/// An empty schema's Arc, for results with no columns.
+pub fn empty_schema() -> SchemaRef {
+    Arc::new(arrow_schema::Schema::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+    use arrow_ipc::writer::StreamWriter;
+    use arrow_schema::{DataType, Field, Schema};
+
+    fn stream(batches: usize) -> Bytes {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let mut out = Vec::new();
+        let mut w = StreamWriter::try_new(&mut out, &schema).unwrap();
+        for i in 0..batches {
+            let b = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(Int64Array::from(vec![i as i64, 1, 2]))],
+            )
+            .unwrap();
+            w.write(&b).unwrap();
+        }
+        w.finish().unwrap();
+        drop(w);
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn a_zero_batch_stream_keeps_its_schema() {
+        let up = decode_stream(stream(0)).unwrap();
+        assert_eq!(up.rows(), 0);
+        assert_eq!(up.schema.field(0).name(), "x");
+        assert_eq!(decode_stream(stream(2)).unwrap().rows(), 6);
+    }
+
+    #[test]
+    fn garbage_and_truncation_are_invalid_input() {
+        for body in [
+            Bytes::new(),
+            Bytes::from_static(b"{\"not\":\"arrow\"}"),
+            stream(2).slice(0..40),
+        ] {
+            let e = decode_stream(body).unwrap_err();
+            assert_eq!(e.code, crate::error::Code::InvalidInput);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_upload_past_the_cap_names_the_limit() {
+        let e = read_upload(Body::from(stream(50)), 256).await.unwrap_err();
+        assert!(e.message.contains("256 bytes"), "{}", e.message);
+    }
+}

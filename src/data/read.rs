@@ -1,0 +1,515 @@
+//! Reads: QueryTable (scans, vector search, full-text search), CountTableRows, the query
+//! plan (explain and analyze) and GetTableStats.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
+use arrow_schema::{DataType, Field};
+use futures::TryStreamExt;
+use lance::Dataset;
+use lance::dataset::scanner::Scanner;
+use lance::dataset::statistics::DatasetStatisticsExt;
+use lance::index::DatasetIndexExt;
+use lance::io::RecordBatchStream;
+use lance_index::scalar::FullTextSearchQuery;
+use lance_index::scalar::inverted::query::FtsQuery;
+use lance_linalg::distance::DistanceType;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::lance_error;
+use crate::error::{Code, Error, Result};
+
+/// A QueryTableRequest, read leniently: `vector` may be absent, `null`, `{}`, a bare list or
+/// a list of lists (LanceDB's remote client); `columns` may be a bare list of names.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Query {
+    pub k: Option<i64>,
+    pub vector: Option<Value>,
+    pub vector_column: Option<String>,
+    pub columns: Option<Value>,
+    pub filter: Option<String>,
+    pub prefilter: Option<bool>,
+    pub full_text_query: Option<Value>,
+    pub distance_type: Option<String>,
+    pub ef: Option<i64>,
+    pub nprobes: Option<i64>,
+    pub minimum_nprobes: Option<i64>,
+    pub maximum_nprobes: Option<i64>,
+    pub refine_factor: Option<i64>,
+    pub lower_bound: Option<f32>,
+    pub upper_bound: Option<f32>,
+    pub bypass_vector_index: Option<bool>,
+    pub fast_search: Option<bool>,
+    pub offset: Option<i64>,
+    pub version: Option<i64>,
+    pub with_row_id: Option<bool>,
+    pub branch: Option<String>,
+}
+
+/// How much one query may return.
+#[derive(Clone, Copy, Debug)]
+pub struct ResultLimits {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+}
+
+/// The query vector(s) a request carries, if any.
+fn query_vectors(value: &Option<Value>) -> Result<Option<Vec<Vec<f32>>>> {
+    let bad = |why: &str| Error::invalid(format!("bad query vector: {why}"));
+    let floats = |v: &Value| -> Result<Vec<f32>> {
+        v.as_array()
+            .ok_or_else(|| bad("expected a list of numbers"))?
+            .iter()
+            .map(|x| {
+                x.as_f64()
+                    .map(|f| f as f32)
+                    .ok_or_else(|| bad("expected numbers"))
+            })
+            .collect()
+    };
+    let value = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    let vectors = match value {
+        // LanceDB's pushed-down scans send `{"single_vector": []}`: no vector.
+        Value::Object(map) => match (map.get("single_vector"), map.get("multi_vector")) {
+            (Some(Value::Array(v)), _) if !v.is_empty() => vec![floats(&Value::Array(v.clone()))?],
+            (_, Some(Value::Array(list))) if !list.is_empty() => {
+                list.iter().map(floats).collect::<Result<_>>()?
+            }
+            (Some(v), _) if !v.is_null() && !v.is_array() => {
+                return Err(bad("single_vector must be a list of numbers"));
+            }
+            _ => return Ok(None),
+        },
+        Value::Array(list) if list.is_empty() => return Ok(None),
+        Value::Array(list) if list[0].is_array() => {
+            list.iter().map(floats).collect::<Result<_>>()?
+        }
+        Value::Array(_) => vec![floats(value)?],
+        _ => return Err(bad("expected an object or a list")),
+    };
+    if vectors.iter().any(Vec::is_empty) {
+        return Err(bad("a vector must not be empty"));
+    }
+    Ok(Some(vectors))
+}
+
+/// The columns to return: plain names, and `alias -> expression` pairs.
+fn projection(value: &Option<Value>) -> Result<Option<Vec<(String, String)>>> {
+    let bad = || {
+        Error::invalid(
+            "columns must be a list of names, or {column_names: [...]} / {column_aliases: {alias: path}}",
+        )
+    };
+    let names = |v: &Value| -> Result<Vec<(String, String)>> {
+        v.as_array()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|n| {
+                n.as_str()
+                    .map(|s| (s.to_string(), s.to_string()))
+                    .ok_or_else(bad)
+            })
+            .collect()
+    };
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Array(_)) => Ok(Some(names(v)?)),
+        Some(Value::Object(map)) => {
+            let mut out = Vec::new();
+            if let Some(v) = map.get("column_names").filter(|v| !v.is_null()) {
+                out.extend(names(v)?);
+            }
+            if let Some(v) = map.get("column_aliases").filter(|v| !v.is_null()) {
+                let aliases = v.as_object().ok_or_else(bad)?;
+                // Sorted, so the result's column order does not depend on the JSON map's.
+                let sorted: BTreeMap<_, _> = aliases.iter().collect();
+                for (alias, path) in sorted {
+                    out.push((alias.clone(), path.as_str().ok_or_else(bad)?.to_string()));
+                }
+            }
+            Ok(if out.is_empty() { None } else { Some(out) })
+        }
+        Some(_) => Err(bad()),
+    }
+}
+
+/// The full-text query: `{string_query: {query, columns}}`, `{structured_query: {query:
+/// FtsQuery}}`, or LanceDB's flat `{query, columns}`.
+fn full_text(value: &Option<Value>) -> Result<Option<FullTextSearchQuery>> {
+    let value = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(map)) if map.is_empty() => return Ok(None),
+        Some(v) => v,
+    };
+    let bad = |why: String| Error::invalid(format!("bad full_text_query: {why}"));
+    let string_query = |v: &Value| -> Result<FullTextSearchQuery> {
+        let text = v
+            .get("query")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("a string query needs `query`".into()))?;
+        let query = FullTextSearchQuery::new(text.to_string());
+        match v.get("columns").and_then(Value::as_array) {
+            Some(columns) if !columns.is_empty() => {
+                let columns: Vec<String> = columns
+                    .iter()
+                    .filter_map(|c| c.as_str().map(str::to_string))
+                    .collect();
+                query.with_columns(&columns).map_err(lance_error)
+            }
+            _ => Ok(query),
+        }
+    };
+    if let Some(v) = value.get("string_query").filter(|v| !v.is_null()) {
+        return string_query(v).map(Some);
+    }
+    if let Some(v) = value.get("structured_query").filter(|v| !v.is_null()) {
+        let inner = v.get("query").unwrap_or(v);
+        let fts: FtsQuery =
+            serde_json::from_value(inner.clone()).map_err(|e| bad(e.to_string()))?;
+        return Ok(Some(FullTextSearchQuery::new_query(fts)));
+    }
+    if value.get("query").is_some() {
+        return string_query(value).map(Some);
+    }
+    Err(bad("expected string_query or structured_query".to_string()))
+}
+
+fn positive(name: &str, value: Option<i64>) -> Result<Option<usize>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v < 0 => Err(Error::invalid(format!(
+            "{name} must not be negative, got {v}"
+        ))),
+        Some(v) => Ok(Some(v as usize)),
+    }
+}
+
+/// The first column holding float vectors, for a vector query that names none.
+fn default_vector_column(dataset: &Dataset) -> Result<String> {
+    let schema = arrow_schema::Schema::from(dataset.schema());
+    schema
+        .fields()
+        .iter()
+        .find(|f| match f.data_type() {
+            DataType::FixedSizeList(inner, _) => inner.data_type().is_floating(),
+            DataType::List(inner) => {
+                matches!(inner.data_type(), DataType::FixedSizeList(i, _) if i.data_type().is_floating())
+            }
+            _ => false,
+        })
+        .map(|f| f.name().clone())
+        .ok_or_else(|| {
+            Error::invalid("the query has a vector but the table has no vector column")
+        })
+}
+
+fn vector_array(vectors: Vec<Vec<f32>>) -> Result<Arc<dyn Array>> {
+    if vectors.len() == 1 {
+        return Ok(Arc::new(Float32Array::from(
+            vectors.into_iter().next().unwrap(),
+        )));
+    }
+    let dim = vectors[0].len();
+    if vectors.iter().any(|v| v.len() != dim) {
+        return Err(Error::invalid(
+            "the vectors of a multi-vector query must have one length",
+        ));
+    }
+    let values = Float32Array::from(vectors.concat());
+    let list = FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", DataType::Float32, true)),
+        dim as i32,
+        Arc::new(values),
+        None,
+    )
+    .map_err(|e| Error::invalid("bad multi-vector query").with_detail(e.to_string()))?;
+    Ok(Arc::new(list))
+}
+
+/// Builds the scanner a query describes. `limits.max_rows` caps what a query may ask for.
+pub fn scanner(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Result<Scanner> {
+    let mut scan = dataset.scan();
+    let k = positive("k", query.k)?;
+    let offset = positive("offset", query.offset)?;
+    if let Some(k) = k
+        && k > limits.max_rows
+    {
+        return Err(Error::invalid(format!(
+            "k={k} is more than the limit of {} rows per query (max-query-rows)",
+            limits.max_rows
+        )));
+    }
+    if let Some(columns) = projection(&query.columns)? {
+        if columns.iter().all(|(a, p)| a == p) {
+            let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
+            scan.project(&names).map_err(lance_error)?;
+        } else {
+            scan.project_with_transform(&columns).map_err(lance_error)?;
+        }
+    }
+    if let Some(filter) = query.filter.as_deref().filter(|f| !f.trim().is_empty()) {
+        scan.filter(filter).map_err(lance_error)?;
+    }
+    scan.prefilter(query.prefilter.unwrap_or(true));
+    let vectors = query_vectors(&query.vector)?;
+    let fts = full_text(&query.full_text_query)?;
+    if let Some(vectors) = vectors {
+        let column = match query.vector_column.as_deref().filter(|c| !c.is_empty()) {
+            Some(c) => c.to_string(),
+            None => default_vector_column(&dataset)?,
+        };
+        let array = vector_array(vectors)?;
+        let wanted = k.unwrap_or(10) + offset.unwrap_or(0);
+        scan.nearest(&column, array.as_ref(), wanted.max(1))
+            .map_err(lance_error)?;
+        if let Some(name) = query.distance_type.as_deref().filter(|d| !d.is_empty()) {
+            let distance =
+                DistanceType::try_from(name.to_ascii_lowercase().as_str()).map_err(|_| {
+                    Error::invalid(format!(
+                        "unknown distance_type '{name}' (use l2, cosine, dot or hamming)"
+                    ))
+                })?;
+            scan.distance_metric(distance);
+        }
+        match (
+            positive("minimum_nprobes", query.minimum_nprobes)?,
+            positive("maximum_nprobes", query.maximum_nprobes)?,
+        ) {
+            (None, None) => {
+                if let Some(n) = positive("nprobes", query.nprobes)?.filter(|n| *n > 0) {
+                    scan.nprobes(n);
+                }
+            }
+            (min, max) => {
+                if let Some(min) = min {
+                    scan.minimum_nprobes(min.max(1));
+                }
+                if let Some(max) = max {
+                    if max == 0 {
+                        return Err(Error::invalid("maximum_nprobes must be at least 1"));
+                    }
+                    scan.maximum_nprobes(max);
+                }
+            }
+        }
+        if let Some(ef) = positive("ef", query.ef)?.filter(|e| *e > 0) {
+            scan.ef(ef);
+        }
+        if let Some(factor) = positive("refine_factor", query.refine_factor)?.filter(|f| *f > 0) {
+            scan.refine(factor as u32);
+        }
+        if query.lower_bound.is_some() || query.upper_bound.is_some() {
+            scan.distance_range(query.lower_bound, query.upper_bound);
+        }
+        if query.bypass_vector_index == Some(true) {
+            scan.use_index(false);
+        }
+        if query.fast_search == Some(true) {
+            scan.fast_search();
+        }
+        if offset.is_some() {
+            scan.limit(k.map(|k| k as i64), offset.map(|o| o as i64))
+                .map_err(lance_error)?;
+        }
+    } else if let Some(fts) = fts {
+        let limit = k.filter(|k| *k > 0).unwrap_or(limits.max_rows);
+        scan.full_text_search(fts.limit(Some((limit + offset.unwrap_or(0)) as i64)))
+            .map_err(lance_error)?;
+        scan.limit(Some(limit as i64), offset.map(|o| o as i64))
+            .map_err(lance_error)?;
+    } else {
+        // A plain scan: `k` is its limit; without one, one row past the cap is read so an
+        // answer that would be too large is refused rather than cut short.
+        let limit = k.filter(|k| *k > 0).unwrap_or(limits.max_rows + 1);
+        scan.limit(Some(limit as i64), offset.map(|o| o as i64))
+            .map_err(lance_error)?;
+    }
+    if query.with_row_id == Some(true) {
+        scan.with_row_id();
+    }
+    Ok(scan)
+}
+
+/// Runs a query and answers its rows as an Arrow IPC file.
+pub async fn query(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Result<Vec<u8>> {
+    let scan = scanner(dataset, query, limits)?;
+    let stream = scan.try_into_stream().await.map_err(lance_error)?;
+    let schema = stream.schema();
+    let mut batches: Vec<RecordBatch> = Vec::new();
+    let (mut rows, mut bytes) = (0usize, 0usize);
+    let mut stream = stream.map_err(lance_error);
+    while let Some(batch) = stream.try_next().await? {
+        rows += batch.num_rows();
+        bytes += batch.get_array_memory_size();
+        if rows > limits.max_rows {
+            return Err(Error::invalid(format!(
+                "the result has more than {} rows (max-query-rows): add a filter or set k",
+                limits.max_rows
+            )));
+        }
+        if bytes > limits.max_bytes {
+            return Err(Error::invalid(format!(
+                "the result is larger than {} bytes (max-query-bytes): select fewer columns or rows",
+                limits.max_bytes
+            )));
+        }
+        batches.push(batch);
+    }
+    super::ipc::encode_file(&schema, &batches)
+}
+
+/// The number of rows, or of rows matching `predicate`.
+pub async fn count_rows(dataset: &Dataset, predicate: Option<&str>) -> Result<u64> {
+    let predicate = predicate
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
+    dataset
+        .count_rows(predicate)
+        .await
+        .map(|n| n as u64)
+        .map_err(lance_error)
+}
+
+/// The query's physical plan (`analyze` runs it and reports what each step did).
+pub async fn plan(
+    dataset: Arc<Dataset>,
+    query: &Query,
+    limits: ResultLimits,
+    verbose: bool,
+    analyze: bool,
+) -> Result<String> {
+    let scan = scanner(dataset, query, limits)?;
+    if analyze {
+        scan.analyze_plan().await.map_err(lance_error)
+    } else {
+        scan.explain_plan(verbose).await.map_err(lance_error)
+    }
+}
+
+/// Fragments with fewer rows than this count as small (worth compacting).
+const SMALL_FRAGMENT_ROWS: usize = 100_000;
+
+/// GetTableStats.
+pub async fn stats(
+    dataset: Arc<Dataset>,
+) -> Result<lance_namespace::models::GetTableStatsResponse> {
+    use lance_namespace::models::{FragmentStats, FragmentSummary, GetTableStatsResponse};
+    let data = dataset.calculate_data_stats().await.map_err(lance_error)?;
+    let total_bytes: u64 = data.fields.iter().map(|f| f.bytes_on_disk).sum();
+    let mut lengths = Vec::new();
+    for fragment in dataset.get_fragments() {
+        lengths.push(fragment.count_rows(None).await.map_err(lance_error)?);
+    }
+    let num_rows: usize = lengths.iter().sum();
+    let indices = dataset.load_indices().await.map_err(lance_error)?;
+    let names: std::collections::BTreeSet<&str> = indices.iter().map(|i| i.name.as_str()).collect();
+    lengths.sort_unstable();
+    let pick = |q: f64| -> i64 {
+        if lengths.is_empty() {
+            return 0;
+        }
+        let i = ((lengths.len() - 1) as f64 * q).round() as usize;
+        lengths[i] as i64
+    };
+    let summary = FragmentSummary {
+        min: pick(0.0),
+        max: pick(1.0),
+        mean: if lengths.is_empty() {
+            0
+        } else {
+            (num_rows / lengths.len()) as i64
+        },
+        p25: pick(0.25),
+        p50: pick(0.5),
+        p75: pick(0.75),
+        p99: pick(0.99),
+    };
+    Ok(GetTableStatsResponse {
+        total_bytes: total_bytes as i64,
+        num_rows: num_rows as i64,
+        num_indices: names.len() as i64,
+        fragment_stats: Box::new(FragmentStats {
+            num_fragments: lengths.len() as i64,
+            num_small_fragments: lengths.iter().filter(|l| **l < SMALL_FRAGMENT_ROWS).count()
+                as i64,
+            lengths: Box::new(summary),
+        }),
+        ..Default::default()
+    })
+}
+
+/// A table with no data, read: an empty answer rather than an error.
+pub fn no_data() -> Error {
+    Error::new(Code::InvalidTableState, "the table holds no data yet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_vector_form_the_clients_send() {
+        assert_eq!(query_vectors(&None).unwrap(), None);
+        assert_eq!(query_vectors(&Some(json!(null))).unwrap(), None);
+        assert_eq!(query_vectors(&Some(json!({}))).unwrap(), None);
+        assert_eq!(
+            query_vectors(&Some(json!({"single_vector": []}))).unwrap(),
+            None
+        );
+        assert_eq!(
+            query_vectors(&Some(json!({"single_vector": [1.0, 2.0]}))).unwrap(),
+            Some(vec![vec![1.0, 2.0]])
+        );
+        assert_eq!(
+            query_vectors(&Some(json!([1, 2]))).unwrap(),
+            Some(vec![vec![1.0, 2.0]])
+        );
+        assert_eq!(
+            query_vectors(&Some(json!({"multi_vector": [[1.0], [2.0]]})))
+                .unwrap()
+                .map(|v| v.len()),
+            Some(2)
+        );
+        assert!(query_vectors(&Some(json!({"single_vector": ["a"]}))).is_err());
+        assert!(query_vectors(&Some(json!("text"))).is_err());
+    }
+
+    #[test]
+    fn columns_as_names_or_aliases() {
+        assert_eq!(
+            projection(&Some(json!(["a", "b"]))).unwrap().unwrap().len(),
+            2
+        );
+        let p = projection(&Some(json!({"column_aliases": {"z": "a", "y": "b"}})))
+            .unwrap()
+            .unwrap();
+        assert_eq!(p[0], ("y".to_string(), "b".to_string()));
+        assert!(projection(&Some(json!(3))).is_err());
+    }
+
+    #[test]
+    fn full_text_queries_string_and_structured() {
+        assert!(full_text(&None).unwrap().is_none());
+        assert!(
+            full_text(&Some(json!({"string_query": {"query": "hello"}})))
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            full_text(&Some(
+                json!({"structured_query": {"query": {"match": {"terms": "hello", "column": "text"}}}})
+            ))
+            .unwrap()
+            .is_some()
+        );
+        assert!(full_text(&Some(json!({"structured_query": {"query": {"nope": 1}}}))).is_err());
+    }
+}
