@@ -24,7 +24,7 @@ use lance_namespace::models::{
 };
 use serde::Deserialize;
 
-use super::extract::{JsonBody, QueryOf, Target};
+use super::extract::{Dialect, JsonBody, QueryOf, Target};
 use super::{AppState, detached};
 use crate::access::{Ctx, Level};
 use crate::catalog::records::TableRecord;
@@ -166,6 +166,26 @@ fn json_map(name: &str, text: Option<&str>) -> Result<HashMap<String, String>> {
 /// was.
 pub async fn create(
     State(state): State<AppState>,
+    ctx: Ctx,
+    target: Target,
+    dialect: Dialect,
+    query: QueryOf<CreateQuery>,
+    body: Body,
+) -> Response {
+    match create_table(state, ctx, target, query, body).await {
+        Ok(created) => created.into_response(),
+        // LanceDB's remote client knows a create conflict only as a 400 saying so.
+        Err(e) if e.code == Code::TableAlreadyExists && dialect == Dialect::LanceDbRemote => {
+            let mut response = e.into_response();
+            *response.status_mut() = axum::http::StatusCode::BAD_REQUEST;
+            response
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn create_table(
+    state: AppState,
     ctx: Ctx,
     target: Target,
     QueryOf(q): QueryOf<CreateQuery>,
@@ -383,7 +403,7 @@ pub async fn update(
     ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<UpdateBody>,
-) -> Result<Json<UpdateTableResponse>> {
+) -> Result<Json<Updated>> {
     target.check_body_id(req.id.as_ref())?;
     let mut updates = Vec::with_capacity(req.updates.len());
     for pair in req.updates {
@@ -404,12 +424,32 @@ pub async fn update(
         write::update(&datasets, &location, &at, &updates, predicate.as_deref()).await
     })
     .await?;
-    Ok(Json(UpdateTableResponse {
-        updated_rows: written.updated as i64,
-        version: written.version as i64,
-        properties: Some(record.properties),
-        ..Default::default()
+    Ok(Json(Updated {
+        spec: UpdateTableResponse {
+            updated_rows: written.updated as i64,
+            version: written.version as i64,
+            properties: Some(record.properties),
+            ..Default::default()
+        },
+        rows_updated: written.updated,
     }))
+}
+
+/// UpdateTable's answer, with the count also under the name LanceDB's remote client reads.
+#[derive(serde::Serialize)]
+pub struct Updated {
+    #[serde(flatten)]
+    spec: UpdateTableResponse,
+    rows_updated: u64,
+}
+
+/// DeleteFromTable's answer, with the number of rows deleted (LanceDB's remote client reads
+/// it; the spec's answer has only the version).
+#[derive(serde::Serialize)]
+pub struct Deleted {
+    #[serde(flatten)]
+    spec: DeleteFromTableResponse,
+    num_deleted_rows: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -425,7 +465,7 @@ pub async fn delete(
     ctx: Ctx,
     target: Target,
     JsonBody(req): JsonBody<DeleteBody>,
-) -> Result<Json<DeleteFromTableResponse>> {
+) -> Result<Json<Deleted>> {
     target.check_body_id(req.id.as_ref())?;
     let predicate = req
         .predicate
@@ -437,9 +477,12 @@ pub async fn delete(
         write::delete(&datasets, &location, &at, &predicate).await
     })
     .await?;
-    Ok(Json(DeleteFromTableResponse {
-        version: Some(written.version as i64),
-        ..Default::default()
+    Ok(Json(Deleted {
+        spec: DeleteFromTableResponse {
+            version: Some(written.version as i64),
+            ..Default::default()
+        },
+        num_deleted_rows: written.deleted,
     }))
 }
 
@@ -677,21 +720,28 @@ pub async fn list_tags(
     State(state): State<AppState>,
     ctx: Ctx,
     target: Target,
+    dialect: Dialect,
     QueryOf(q): QueryOf<PageQuery>,
-) -> Result<Json<ListTableTagsResponse>> {
+) -> Result<Response> {
     let record = table(&state, &ctx, &target, Level::Read, "listing tags").await?;
-    if !has_rows(&state, &record).await? {
-        return Ok(Json(ListTableTagsResponse::default()));
+    let (tags, next) = if has_rows(&state, &record).await? {
+        with_dataset(&state, &record, At::latest(), move |dataset| async move {
+            refs::list_tags(&dataset, q.page_token.as_deref(), q.limit).await
+        })
+        .await?
+    } else {
+        Default::default()
+    };
+    // LanceDB's remote client reads the bare map of tags.
+    if dialect == Dialect::LanceDbRemote {
+        return Ok(Json(tags).into_response());
     }
-    let (tags, next) = with_dataset(&state, &record, At::latest(), move |dataset| async move {
-        refs::list_tags(&dataset, q.page_token.as_deref(), q.limit).await
-    })
-    .await?;
     Ok(Json(ListTableTagsResponse {
         tags,
         page_token: next,
         ..Default::default()
-    }))
+    })
+    .into_response())
 }
 
 #[derive(Deserialize, Default)]
@@ -870,18 +920,35 @@ pub async fn delete_branch(
 // ---------------------------------------------------------------------------------------
 // Indices
 
+/// CreateTableIndexRequest, plus what LanceDB's remote client sends beside it: the distance
+/// as `metric_type`, and `replace` (default true: an index of the same name is rebuilt).
+#[derive(Deserialize, Default)]
+pub struct IndexBody {
+    #[serde(flatten)]
+    req: CreateTableIndexRequest,
+    metric_type: Option<String>,
+    replace: Option<bool>,
+}
+
 async fn build_index(
     state: AppState,
     ctx: Ctx,
     target: Target,
-    req: CreateTableIndexRequest,
+    body: IndexBody,
     scalar_only: bool,
 ) -> Result<()> {
+    let mut req = body.req;
+    if req.distance_type.is_none() {
+        req.distance_type = body.metric_type;
+    }
+    let replace = body.replace.unwrap_or(true);
     target.check_body_id(req.id.as_ref())?;
     let record = tagged_table(&state, &ctx, &target, Level::Write, "indexing").await?;
     let at = At::of(None, req.branch.as_deref())?;
     with_dataset(&state, &record, at, move |dataset| async move {
-        index::create(dataset, &req, scalar_only).await.map(|_| ())
+        index::create(dataset, &req, scalar_only, replace)
+            .await
+            .map(|_| ())
     })
     .await
 }
@@ -890,7 +957,7 @@ pub async fn create_index(
     State(state): State<AppState>,
     ctx: Ctx,
     target: Target,
-    JsonBody(req): JsonBody<CreateTableIndexRequest>,
+    JsonBody(req): JsonBody<IndexBody>,
 ) -> Result<Json<CreateTableIndexResponse>> {
     build_index(state, ctx, target, req, false).await?;
     Ok(Json(CreateTableIndexResponse::default()))
@@ -900,7 +967,7 @@ pub async fn create_scalar_index(
     State(state): State<AppState>,
     ctx: Ctx,
     target: Target,
-    JsonBody(req): JsonBody<CreateTableIndexRequest>,
+    JsonBody(req): JsonBody<IndexBody>,
 ) -> Result<Json<lance_namespace::models::CreateTableScalarIndexResponse>> {
     build_index(state, ctx, target, req, true).await?;
     Ok(Json(Default::default()))

@@ -111,3 +111,33 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonBody<
 pub fn flag(query: Option<bool>, body: Option<bool>, default: bool) -> bool {
     query.or(body).unwrap_or(default)
 }
+
+/// Which client family a request comes from, where the two answer differently: LanceDB's
+/// remote client (`lancedb.connect("db://...", host_override=...)`, which names its database
+/// in `x-lancedb-database`) reads a few answers in its own shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Spec,
+    LanceDbRemote,
+}
+
+/// The header LanceDB's remote client names its database in.
+pub const LANCEDB_DATABASE: &str = "x-lancedb-database";
+
+impl Dialect {
+    pub fn of(headers: &axum::http::HeaderMap) -> Self {
+        if headers.contains_key(LANCEDB_DATABASE) {
+            Dialect::LanceDbRemote
+        } else {
+            Dialect::Spec
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Dialect {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self> {
+        Ok(Dialect::of(&parts.headers))
+    }
+}

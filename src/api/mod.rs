@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderName, Method, Uri};
+use axum::http::{HeaderName, HeaderValue, Method, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -146,6 +146,7 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .with_state(state.clone())
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state, guard::guard))
+        .layer(middleware::from_fn(announce_version))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
             with_timeout(req, next, timeout)
         }))
@@ -180,6 +181,23 @@ where
     tokio::spawn(change)
         .await
         .map_err(|e| Error::internal("a catalog change failed", e))?
+}
+
+/// The server version LanceDB's remote client reads from `phalanx-version` to decide which
+/// request shapes it may use: 0.3 takes multivector queries and structured full-text
+/// queries; 0.4 would add multipart writes and 0.5 blobs, which lance-gateway does not serve.
+const LANCEDB_SERVER_VERSION: HeaderValue = HeaderValue::from_static("0.3.0");
+
+async fn announce_version(req: Request, next: Next) -> Response {
+    let remote = req.headers().contains_key(extract::LANCEDB_DATABASE);
+    let mut response = next.run(req).await;
+    if remote {
+        response.headers_mut().insert(
+            HeaderName::from_static("phalanx-version"),
+            LANCEDB_SERVER_VERSION,
+        );
+    }
+    response
 }
 
 /// Runs the rest of the request with its path and id recorded for error bodies.

@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
+use axum::response::IntoResponse;
 use lance_namespace::models::{
     DeclareTableRequest, DeclareTableResponse, DeregisterTableRequest, DeregisterTableResponse,
     DescribeTableRequest, DescribeTableResponse, DropTableRequest, DropTableResponse,
@@ -12,11 +13,12 @@ use lance_namespace::models::{
 };
 use serde::Deserialize;
 
-use super::extract::{JsonBody, QueryOf, Target, delimiter_of, flag};
+use super::extract::{Dialect, JsonBody, QueryOf, Target, delimiter_of, flag};
 use super::namespace::PageQuery;
 use super::{AppState, detached};
 use crate::access::Ctx;
 use crate::catalog::records::TableRecord;
+use crate::data::At;
 use crate::error::{Error, Result};
 
 pub async fn list_all(
@@ -120,24 +122,24 @@ pub async fn describe(
     State(state): State<AppState>,
     ctx: Ctx,
     target: Target,
+    dialect: Dialect,
     QueryOf(q): QueryOf<DescribeQuery>,
     JsonBody(req): JsonBody<DescribeTableRequest>,
-) -> Result<Json<DescribeTableResponse>> {
+) -> Result<axum::response::Response> {
     target.check_body_id(req.id.as_ref())?;
     if req.tag.is_some() && (req.version.is_some() || req.branch.is_some()) {
         return Err(Error::invalid(
             "tag cannot be combined with version or branch",
         ));
     }
-    if req.tag.is_some() || req.branch.is_some() {
-        return Err(Error::unsupported(
-            "describing a tag or a branch is not supported yet",
-        ));
-    }
     let with_table_uri = flag(q.with_table_uri, req.with_table_uri, false);
-    let detailed = flag(q.load_detailed_metadata, req.load_detailed_metadata, false);
+    // LanceDB's remote client reads the version and schema from every describe.
+    let detailed = flag(q.load_detailed_metadata, req.load_detailed_metadata, false)
+        || dialect == Dialect::LanceDbRemote;
     let check_declared = flag(q.check_declared, req.check_declared, false);
     let vend = flag(q.vend_credentials, req.vend_credentials, true);
+    let mut at = At::of(req.version, req.branch.as_deref())?;
+    at.tag = req.tag.clone().filter(|t| !t.is_empty());
 
     let record = state.catalog.describe_table(&ctx, &target.id).await?;
     let level = state.catalog.access(&ctx, &record.id);
@@ -152,16 +154,30 @@ pub async fn describe(
         location: Some(record.location.clone()),
         ..Default::default()
     };
-    if check_declared || detailed {
+    let at_ref = at.version.is_some() || at.branch.is_some() || at.tag.is_some();
+    if check_declared || detailed || at_ref {
         let has_data = state.catalog.has_data(&record).await?;
         response.is_only_declared = Some(!has_data);
+        if at_ref && !has_data {
+            return Err(Error::new(
+                crate::error::Code::TableVersionNotFound,
+                "the table holds no versions yet",
+            ));
+        }
         if detailed && has_data {
-            if req.version.is_some() {
-                return Err(Error::unsupported(
-                    "describing an older version is not supported yet",
-                ));
-            }
-            let details = state.catalog.dataset_details(&record).await?;
+            let details = if at_ref {
+                let (datasets, location) = (state.data.clone(), record.location.clone());
+                datasets
+                    .runtime()
+                    .clone()
+                    .run(async move {
+                        let dataset = datasets.open(&location, &at).await?;
+                        crate::data::details(&dataset).await
+                    })
+                    .await?
+            } else {
+                state.catalog.dataset_details(&record).await?
+            };
             response.version = Some(details.version);
             response.schema = details.schema.map(Box::new);
             response.stats = Some(Box::new(TableBasicStats {
@@ -171,7 +187,34 @@ pub async fn describe(
             response.metadata = Some(details.metadata);
         }
     }
-    Ok(Json(response))
+    if dialect == Dialect::LanceDbRemote {
+        return remote_description(response);
+    }
+    Ok(Json(response).into_response())
+}
+
+/// LanceDB's remote client reads the schema in Lance's own JSON form (`string` where the
+/// spec's form says `utf8`).
+fn remote_description(response: DescribeTableResponse) -> Result<axum::response::Response> {
+    let schema = match &response.schema {
+        Some(json) => {
+            let arrow = lance_namespace::schema::convert_json_arrow_schema(json)
+                .map_err(|e| Error::internal("could not convert the schema", e))?;
+            let lance = lance::arrow::json::JsonSchema::try_from(&arrow)
+                .map_err(|e| Error::internal("could not convert the schema", e))?;
+            Some(
+                serde_json::to_value(lance)
+                    .map_err(|e| Error::internal("could not convert the schema", e))?,
+            )
+        }
+        None => None,
+    };
+    let mut body = serde_json::to_value(&response)
+        .map_err(|e| Error::internal("could not encode the description", e))?;
+    if let (Some(schema), Some(map)) = (schema, body.as_object_mut()) {
+        map.insert("schema".into(), schema);
+    }
+    Ok(Json(body).into_response())
 }
 
 fn split(record: &TableRecord) -> (String, Vec<String>) {

@@ -131,13 +131,14 @@ fn index_kind(name: &str) -> Option<&'static str> {
     )
 }
 
-/// Builds the index the request describes (replacing one of the same name) and answers the
-/// dataset version it made. `scalar_only` refuses vector index types
-/// (CreateTableScalarIndex).
+/// Builds the index the request describes and answers the dataset version it made. An index
+/// of the same name is rebuilt with `replace`, refused (TableIndexAlreadyExists) without.
+/// `scalar_only` refuses vector index types (CreateTableScalarIndex).
 pub async fn create(
     mut dataset: Dataset,
     req: &CreateTableIndexRequest,
     scalar_only: bool,
+    replace: bool,
 ) -> Result<u64> {
     let column = req.column.trim();
     if column.is_empty() {
@@ -161,6 +162,16 @@ pub async fn create(
         )));
     }
     let name = req.name.clone().filter(|n| !n.trim().is_empty());
+    if !replace {
+        let taken = name.clone().unwrap_or_else(|| format!("{column}_idx"));
+        let indices = dataset.load_indices().await.map_err(lance_error)?;
+        if indices.iter().any(|i| i.name == taken) {
+            return Err(Error::new(
+                Code::TableIndexAlreadyExists,
+                format!("index '{taken}' already exists"),
+            ));
+        }
+    }
     let columns = [column];
     let metric = distance(req)?;
     let created = match kind {
@@ -172,13 +183,13 @@ pub async fn create(
             };
             let params = ScalarIndexParams::for_builtin(builtin);
             dataset
-                .create_index(&columns, index_type, name, &params, true)
+                .create_index(&columns, index_type, name, &params, replace)
                 .await
         }
         "FTS" => {
             let params = fts(req)?;
             dataset
-                .create_index(&columns, IndexType::Inverted, name, &params, true)
+                .create_index(&columns, IndexType::Inverted, name, &params, replace)
                 .await
         }
         _ => {
@@ -215,7 +226,7 @@ pub async fn create(
                 ),
             };
             dataset
-                .create_index(&columns, index_type, name, &params, true)
+                .create_index(&columns, index_type, name, &params, replace)
                 .await
         }
     };
@@ -251,7 +262,7 @@ pub async fn list(dataset: &Dataset) -> Result<Vec<IndexContent>> {
             index_uuid: first.map(|s| s.uuid.to_string()).unwrap_or_default(),
             columns,
             status: "Ready".into(),
-            index_type: Some(d.index_type().to_string()),
+            index_type: Some(spec_index_type(d.index_type())),
             type_url: Some(d.type_url().to_string()),
             num_indexed_rows: Some(indexed),
             num_unindexed_rows: Some((total - indexed).max(0)),
@@ -264,6 +275,14 @@ pub async fn list(dataset: &Dataset) -> Result<Vec<IndexContent>> {
     }
     out.sort_by(|a, b| a.index_name.cmp(&b.index_name));
     Ok(out)
+}
+
+/// Lance's name for an index type, in the spec's spelling (which LanceDB reads too).
+fn spec_index_type(lance: &str) -> String {
+    match index_kind(lance) {
+        Some(kind) => kind.to_string(),
+        None => lance.to_ascii_uppercase(),
+    }
 }
 
 fn not_found(name: &str) -> Error {

@@ -215,20 +215,25 @@ impl DatasetReader for LanceDatasets {
                 Error::unavailable(format!("could not open the dataset at '{location}'"))
                     .with_detail(e.to_string())
             })?;
-        let arrow = arrow_schema::Schema::from(dataset.schema());
-        let schema = lance_namespace::schema::arrow_schema_to_json(&arrow)
-            .map_err(|e| Error::internal("could not describe the dataset's schema", e))?;
-        let deleted = dataset.count_deleted_rows().await.map_err(|e| {
-            Error::unavailable("could not read the dataset's deletions").with_detail(e.to_string())
-        })?;
-        Ok(DatasetDetails {
-            version: dataset.version().version as i64,
-            schema: Some(schema),
-            num_deleted_rows: deleted as i64,
-            num_fragments: dataset.get_fragments().len() as i64,
-            metadata: dataset.metadata().clone(),
-        })
+        details(&dataset).await
     }
+}
+
+/// What DescribeTable reports of a dataset with `load_detailed_metadata`.
+pub async fn details(dataset: &Dataset) -> Result<DatasetDetails> {
+    let arrow = arrow_schema::Schema::from(dataset.schema());
+    let schema = lance_namespace::schema::arrow_schema_to_json(&arrow)
+        .map_err(|e| Error::internal("could not describe the dataset's schema", e))?;
+    let deleted = dataset.count_deleted_rows().await.map_err(|e| {
+        Error::unavailable("could not read the dataset's deletions").with_detail(e.to_string())
+    })?;
+    Ok(DatasetDetails {
+        version: dataset.version().version as i64,
+        schema: Some(schema),
+        num_deleted_rows: deleted as i64,
+        num_fragments: dataset.get_fragments().len() as i64,
+        metadata: dataset.metadata().clone(),
+    })
 }
 
 /// A Lance failure as the spec's error: the client's mistakes (bad SQL, unknown columns,

@@ -49,6 +49,9 @@ pub struct Query {
     pub branch: Option<String>,
 }
 
+/// A `k` this large means "no limit".
+const UNLIMITED: usize = 1 << 53;
+
 /// How much one query may return.
 #[derive(Clone, Copy, Debug)]
 pub struct ResultLimits {
@@ -120,6 +123,21 @@ fn projection(value: &Option<Value>) -> Result<Option<Vec<(String, String)>>> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(v @ Value::Array(_)) => Ok(Some(names(v)?)),
+        // LanceDB's remote client sends aliases as a bare `{alias: expression}` map.
+        Some(Value::Object(map))
+            if !map.contains_key("column_names") && !map.contains_key("column_aliases") =>
+        {
+            let sorted: BTreeMap<_, _> = map.iter().collect();
+            sorted
+                .into_iter()
+                .map(|(alias, path)| {
+                    path.as_str()
+                        .map(|p| (alias.clone(), p.to_string()))
+                        .ok_or_else(bad)
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(|v| if v.is_empty() { None } else { Some(v) })
+        }
         Some(Value::Object(map)) => {
             let mut out = Vec::new();
             if let Some(v) = map.get("column_names").filter(|v| !v.is_null()) {
@@ -153,6 +171,9 @@ fn full_text(value: &Option<Value>) -> Result<Option<FullTextSearchQuery>> {
             .get("query")
             .and_then(Value::as_str)
             .ok_or_else(|| bad("a string query needs `query`".into()))?;
+        if let Some(fts) = debug_fts(text) {
+            return Ok(FullTextSearchQuery::new_query(fts));
+        }
         let query = FullTextSearchQuery::new(text.to_string());
         match v.get("columns").and_then(Value::as_array) {
             Some(columns) if !columns.is_empty() => {
@@ -174,10 +195,99 @@ fn full_text(value: &Option<Value>) -> Result<Option<FullTextSearchQuery>> {
             serde_json::from_value(inner.clone()).map_err(|e| bad(e.to_string()))?;
         return Ok(Some(FullTextSearchQuery::new_query(fts)));
     }
-    if value.get("query").is_some() {
-        return string_query(value).map(Some);
+    match value.get("query") {
+        // LanceDB's remote client (server version 0.3 and up): `{query: FtsQuery}`.
+        Some(inner @ Value::Object(_)) => {
+            let fts: FtsQuery =
+                serde_json::from_value(inner.clone()).map_err(|e| bad(e.to_string()))?;
+            return Ok(Some(FullTextSearchQuery::new_query(fts)));
+        }
+        Some(_) => return string_query(value).map(Some),
+        None => {}
     }
     Err(bad("expected string_query or structured_query".to_string()))
+}
+
+/// LanceDB 0.40, pushing a full-text search down to QueryTable, sends the query's Rust
+/// debug text (`Match(MatchQuery { column: None, terms: "cats", ... })`) as a string query.
+/// Searching for those words would answer nonsense, so match and phrase queries written that
+/// way are read back into the query they describe.
+fn debug_fts(text: &str) -> Option<FtsQuery> {
+    use lance_index::scalar::inverted::query::{MatchQuery, Operator, PhraseQuery};
+    let text = text.trim();
+    let (phrase, body) = if let Some(body) = text.strip_prefix("Match(MatchQuery {") {
+        (false, body)
+    } else if let Some(body) = text.strip_prefix("Phrase(PhraseQuery {") {
+        (true, body)
+    } else {
+        return None;
+    };
+    let terms = debug_string(body, "terms: ")?;
+    let column = match debug_value(body, "column: ")? {
+        "None" => None,
+        _ => Some(debug_string(body, "column: Some(")?),
+    };
+    if phrase {
+        let slop = debug_value(body, "slop: ")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        return Some(
+            PhraseQuery::new(terms)
+                .with_column(column)
+                .with_slop(slop)
+                .into(),
+        );
+    }
+    let mut query = MatchQuery::new(terms).with_column(column);
+    if let Some(boost) = debug_value(body, "boost: ").and_then(|v| v.parse().ok()) {
+        query = query.with_boost(boost);
+    }
+    if let Some(fuzziness) = debug_value(body, "fuzziness: ") {
+        let inner = fuzziness
+            .strip_prefix("Some(")
+            .and_then(|v| v.strip_suffix(')'));
+        query = query.with_fuzziness(inner.and_then(|v| v.parse().ok()));
+    }
+    if let Some(n) = debug_value(body, "max_expansions: ").and_then(|v| v.parse().ok()) {
+        query = query.with_max_expansions(n);
+    }
+    if let Some(n) = debug_value(body, "prefix_length: ").and_then(|v| v.parse().ok()) {
+        query = query.with_prefix_length(n);
+    }
+    if debug_value(body, "operator: ") == Some("And") {
+        query = query.with_operator(Operator::And);
+    }
+    Some(query.into())
+}
+
+/// The bare value after `key` in debug text, up to the next `,` or `}`.
+fn debug_value<'a>(body: &'a str, key: &str) -> Option<&'a str> {
+    let start = body.find(key)? + key.len();
+    let rest = &body[start..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(rest[..end].trim())
+}
+
+/// The quoted string after `key` in debug text, unescaped.
+fn debug_string(body: &str, key: &str) -> Option<String> {
+    let start = body.find(key)? + key.len();
+    let mut chars = body[start..].chars();
+    if chars.next()? != '"' {
+        return None;
+    }
+    let mut out = String::new();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(out),
+            '\\' => match chars.next()? {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                other => out.push(other),
+            },
+            other => out.push(other),
+        }
+    }
+    None
 }
 
 fn positive(name: &str, value: Option<i64>) -> Result<Option<usize>> {
@@ -235,7 +345,8 @@ fn vector_array(vectors: Vec<Vec<f32>>) -> Result<Arc<dyn Array>> {
 /// Builds the scanner a query describes. `limits.max_rows` caps what a query may ask for.
 pub fn scanner(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Result<Scanner> {
     let mut scan = dataset.scan();
-    let k = positive("k", query.k)?;
+    // LanceDB's remote client asks for "no limit" with k = isize::MAX.
+    let k = positive("k", query.k)?.filter(|k| *k < UNLIMITED);
     let offset = positive("offset", query.offset)?;
     if let Some(k) = k
         && k > limits.max_rows
@@ -290,10 +401,8 @@ pub fn scanner(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Re
                 if let Some(min) = min {
                     scan.minimum_nprobes(min.max(1));
                 }
-                if let Some(max) = max {
-                    if max == 0 {
-                        return Err(Error::invalid("maximum_nprobes must be at least 1"));
-                    }
+                // 0 is LanceDB's "no maximum".
+                if let Some(max) = max.filter(|m| *m > 0) {
                     scan.maximum_nprobes(max);
                 }
             }
@@ -493,6 +602,10 @@ mod tests {
             .unwrap();
         assert_eq!(p[0], ("y".to_string(), "b".to_string()));
         assert!(projection(&Some(json!(3))).is_err());
+        let bare = projection(&Some(json!({"twice": "v * 2"})))
+            .unwrap()
+            .unwrap();
+        assert_eq!(bare, vec![("twice".to_string(), "v * 2".to_string())]);
     }
 
     #[test]
@@ -511,5 +624,29 @@ mod tests {
             .is_some()
         );
         assert!(full_text(&Some(json!({"structured_query": {"query": {"nope": 1}}}))).is_err());
+    }
+
+    #[test]
+    fn lancedb_debug_text_reads_back_as_the_query_it_describes() {
+        let q = debug_fts(r#"Match(MatchQuery { column: Some("te\"xt"), terms: "cats and \"dogs\"", boost: 2.0, fuzziness: Some(1), max_expansions: 50, operator: And, prefix_length: 0, document_granularity: None })"#).unwrap();
+        match q {
+            FtsQuery::Match(m) => {
+                assert_eq!(m.terms, "cats and \"dogs\"");
+                assert_eq!(m.column.as_deref(), Some("te\"xt"));
+                assert_eq!(m.fuzziness, Some(1));
+                assert_eq!(m.boost, 2.0);
+                assert_eq!(
+                    m.operator,
+                    lance_index::scalar::inverted::query::Operator::And
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let q = debug_fts(r#"Phrase(PhraseQuery { column: None, terms: "a b", slop: 2, document_granularity: None })"#).unwrap();
+        assert!(
+            matches!(q, FtsQuery::Phrase(p) if p.terms == "a b" && p.slop == 2 && p.column.is_none())
+        );
+        assert!(debug_fts("plain words").is_none());
+        assert!(debug_fts("Match(MatchQuery { column: None })").is_none());
     }
 }
