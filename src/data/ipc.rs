@@ -1,16 +1,16 @@
 //! Arrow IPC in and out: uploads arrive as an IPC stream under their own size cap, results
 //! leave as an IPC file (what the clients' `pa.ipc.open_file` expects).
 
-use std::io::Cursor;
 use std::sync::Arc;
 
 use arrow_array::{RecordBatch, RecordBatchIterator, RecordBatchReader};
-use arrow_ipc::reader::StreamReader;
+use arrow_buffer::Buffer;
+use arrow_ipc::reader::StreamDecoder;
 use arrow_ipc::writer::FileWriter;
 use arrow_schema::SchemaRef;
 use axum::body::Body;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use futures::StreamExt;
 
 use crate::error::{Error, Result};
 
@@ -34,46 +34,88 @@ impl Upload {
     }
 }
 
-/// Reads an Arrow IPC stream body of at most `cap` bytes. A body past the cap is refused
-/// with InvalidInput naming the limit, before anything is decoded or written.
+/// Reads an Arrow IPC stream body of at most `cap` bytes, decoding it as it arrives (no
+/// copy of the whole body is made first). A body past the cap is refused with InvalidInput
+/// naming the limit; nothing has been written by then.
 pub async fn read_upload(body: Body, cap: usize) -> Result<Upload> {
-    let collected = Limited::new(body, cap).collect().await.map_err(|e| {
-        if e.downcast_ref::<http_body_util::LengthLimitError>()
-            .is_some()
-        {
-            Error::invalid(format!(
-                "the Arrow upload is larger than the limit of {cap} bytes (max-arrow-body-bytes)"
-            ))
-        } else {
+    let mut frames = body.into_data_stream();
+    let mut decoder = Decoder::new();
+    let mut seen = 0usize;
+    while let Some(frame) = frames.next().await {
+        let frame = frame.map_err(|e| {
             Error::invalid("the request body could not be read").with_detail(e.to_string())
+        })?;
+        seen += frame.len();
+        if seen > cap {
+            return Err(Error::invalid(format!(
+                "the Arrow upload is larger than the limit of {cap} bytes (max-arrow-body-bytes)"
+            )));
         }
-    })?;
-    decode_stream(collected.to_bytes())
+        decoder.push(frame)?;
+    }
+    decoder.finish()
 }
 
-/// Decodes an Arrow IPC stream. An empty body, or bytes that are not a stream, are the
+/// Decodes a whole Arrow IPC stream. An empty body, or bytes that are not a stream, are the
 /// client's mistake (InvalidInput).
 pub fn decode_stream(bytes: Bytes) -> Result<Upload> {
-    if bytes.is_empty() {
-        return Err(Error::invalid(
-            "the request body must be an Arrow IPC stream (it is empty)",
-        ));
+    let mut decoder = Decoder::new();
+    decoder.push(bytes)?;
+    decoder.finish()
+}
+
+/// An Arrow IPC stream decoded piece by piece.
+struct Decoder {
+    inner: StreamDecoder,
+    batches: Vec<RecordBatch>,
+    bytes: usize,
+}
+
+fn not_a_stream(e: arrow_schema::ArrowError) -> Error {
+    Error::invalid("the request body is not an Arrow IPC stream").with_detail(e.to_string())
+}
+
+impl Decoder {
+    fn new() -> Self {
+        Decoder {
+            inner: StreamDecoder::new(),
+            batches: Vec::new(),
+            bytes: 0,
+        }
     }
-    let reader = StreamReader::try_new(Cursor::new(bytes), None).map_err(|e| {
-        Error::invalid("the request body is not an Arrow IPC stream").with_detail(e.to_string())
-    })?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| {
-            Error::invalid("the Arrow IPC stream could not be read").with_detail(e.to_string())
-        })?;
-    if schema.fields().is_empty() {
-        return Err(Error::invalid(
-            "the Arrow IPC stream's schema has no columns",
-        ));
+
+    fn push(&mut self, bytes: Bytes) -> Result<()> {
+        self.bytes += bytes.len();
+        let mut buffer = Buffer::from(bytes);
+        while !buffer.is_empty() {
+            if let Some(batch) = self.inner.decode(&mut buffer).map_err(not_a_stream)? {
+                self.batches.push(batch);
+            }
+        }
+        Ok(())
     }
-    Ok(Upload { schema, batches })
+
+    fn finish(mut self) -> Result<Upload> {
+        if self.bytes == 0 {
+            return Err(Error::invalid(
+                "the request body must be an Arrow IPC stream (it is empty)",
+            ));
+        }
+        self.inner.finish().map_err(not_a_stream)?;
+        let schema = self
+            .inner
+            .schema()
+            .ok_or_else(|| Error::invalid("the Arrow IPC stream has no schema"))?;
+        if schema.fields().is_empty() {
+            return Err(Error::invalid(
+                "the Arrow IPC stream's schema has no columns",
+            ));
+        }
+        Ok(Upload {
+            schema,
+            batches: self.batches,
+        })
+    }
 }
 
 /// Encodes batches as an Arrow IPC file.

@@ -114,7 +114,13 @@ pub struct LanceDatasets {
     access: Vendor,
     session: Arc<Session>,
     runtime: DataRuntime,
+    /// Datasets opened before, by location: reopening one only reads its latest manifest
+    /// (its object store, with its connection pool, is kept).
+    handles: std::sync::Mutex<HashMap<String, Dataset>>,
 }
+
+/// How many datasets stay open at once.
+const OPEN_HANDLES: usize = 512;
 
 impl LanceDatasets {
     /// `access` must vend the gateway's own credentials (or none, on a local warehouse).
@@ -124,6 +130,7 @@ impl LanceDatasets {
             access,
             session: Arc::new(Session::default()),
             runtime: DataRuntime::current(),
+            handles: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -154,18 +161,66 @@ impl LanceDatasets {
         })
     }
 
-    /// The dataset at `location`, as of `at`.
+    /// The dataset at `location`, as of `at`. Every call sees the newest committed version
+    /// (or the one `at` names): a handle opened before is brought up to date, not trusted.
     pub async fn open(&self, location: &str, at: &At) -> Result<Dataset> {
-        let mut builder = DatasetBuilder::from_uri(location)
-            .with_storage_options(self.options().await?)
-            .with_session(self.session.clone());
-        builder = match (&at.tag, &at.branch, at.version) {
-            (Some(tag), _, _) => builder.with_tag(tag),
-            (None, Some(branch), version) => builder.with_branch(branch, version),
-            (None, None, Some(version)) => builder.with_version(version),
-            (None, None, None) => builder,
+        let latest = self
+            .latest(location)
+            .await
+            .map_err(|e| self.load_error(e, location, at))?;
+        let dataset = match (&at.tag, &at.branch, at.version) {
+            (None, None, None) => return Ok(latest),
+            (Some(tag), _, _) => latest.checkout_version(tag.as_str()).await,
+            (None, Some(branch), version) => match version {
+                Some(v) => latest.checkout_version((branch.as_str(), v)).await,
+                None => latest.checkout_branch(branch).await,
+            },
+            (None, None, Some(version)) => latest.checkout_version(version).await,
         };
-        builder.load().await.map_err(|e| match e {
+        dataset.map_err(|e| self.load_error(e, location, at))
+    }
+
+    /// The newest version at `location`, from a kept handle when there is one.
+    async fn latest(&self, location: &str) -> lance::Result<Dataset> {
+        let kept = self
+            .handles
+            .lock()
+            .ok()
+            .and_then(|h| h.get(location).cloned());
+        if let Some(mut dataset) = kept {
+            match dataset.checkout_latest().await {
+                Ok(()) => return Ok(dataset),
+                // The folder changed under the handle (a drop, a new table): open afresh.
+                Err(_) => self.forget(location),
+            }
+        }
+        let options = self
+            .options()
+            .await
+            .map_err(|e| lance::Error::invalid_input(e.to_string()))?;
+        let dataset = DatasetBuilder::from_uri(location)
+            .with_storage_options(options)
+            .with_session(self.session.clone())
+            .load()
+            .await?;
+        if let Ok(mut handles) = self.handles.lock() {
+            if handles.len() >= OPEN_HANDLES {
+                handles.clear();
+            }
+            handles.insert(location.to_string(), dataset.clone());
+        }
+        Ok(dataset)
+    }
+
+    /// Drops the kept handle of `location` (its table was dropped or replaced).
+    pub fn forget(&self, location: &str) {
+        if let Ok(mut handles) = self.handles.lock() {
+            handles.remove(location);
+        }
+    }
+
+    fn load_error(&self, e: lance::Error, location: &str, at: &At) -> Error {
+        match e {
             // A branch that is not there has no version folder at all.
             lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. }
                 if at.branch.is_some()
@@ -192,29 +247,22 @@ impl LanceDatasets {
                     ),
                 )
             }
-            lance::Error::DatasetNotFound { .. } if at.version.is_none() && at.tag.is_none() => {
-                Error::new(
-                    Code::InvalidTableState,
-                    format!("the table at '{location}' holds no data yet"),
-                )
-            }
+            lance::Error::DatasetNotFound { .. } if at.tag.is_none() => Error::new(
+                Code::InvalidTableState,
+                format!("the table at '{location}' holds no data yet"),
+            ),
             other => lance_error(other),
-        })
+        }
     }
 }
 
 #[async_trait]
 impl DatasetReader for LanceDatasets {
     async fn describe(&self, location: &str) -> Result<DatasetDetails> {
-        let dataset = DatasetBuilder::from_uri(location)
-            .with_storage_options(self.options().await?)
-            .with_session(self.session.clone())
-            .load()
-            .await
-            .map_err(|e| {
-                Error::unavailable(format!("could not open the dataset at '{location}'"))
-                    .with_detail(e.to_string())
-            })?;
+        let dataset = self.latest(location).await.map_err(|e| {
+            Error::unavailable(format!("could not open the dataset at '{location}'"))
+                .with_detail(e.to_string())
+        })?;
         details(&dataset).await
     }
 }

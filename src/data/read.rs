@@ -356,7 +356,23 @@ pub fn scanner(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Re
             limits.max_rows
         )));
     }
-    if let Some(columns) = projection(&query.columns)? {
+    let vectors = query_vectors(&query.vector)?;
+    let fts = full_text(&query.full_text_query)?;
+    if let Some(mut columns) = projection(&query.columns)? {
+        // Searches answer their score column too; naming it keeps Lance from warning on
+        // every query that it will stop adding it by itself.
+        let score = if vectors.is_some() {
+            Some("_distance")
+        } else if fts.is_some() {
+            Some("_score")
+        } else {
+            None
+        };
+        if let Some(score) = score
+            && !columns.iter().any(|(alias, _)| alias == score)
+        {
+            columns.push((score.to_string(), score.to_string()));
+        }
         if columns.iter().all(|(a, p)| a == p) {
             let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
             scan.project(&names).map_err(lance_error)?;
@@ -366,10 +382,9 @@ pub fn scanner(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Re
     }
     if let Some(filter) = query.filter.as_deref().filter(|f| !f.trim().is_empty()) {
         scan.filter(filter).map_err(lance_error)?;
+        // Clients filter before the search unless they say otherwise (LanceDB's default).
+        scan.prefilter(query.prefilter.unwrap_or(true));
     }
-    scan.prefilter(query.prefilter.unwrap_or(true));
-    let vectors = query_vectors(&query.vector)?;
-    let fts = full_text(&query.full_text_query)?;
     if let Some(vectors) = vectors {
         let column = match query.vector_column.as_deref().filter(|c| !c.is_empty()) {
             Some(c) => c.to_string(),

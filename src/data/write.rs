@@ -13,7 +13,7 @@ use lance::dataset::{
 
 use super::ipc::Upload;
 use super::{At, LanceDatasets, lance_error};
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 
 /// What a write made.
 #[derive(Clone, Copy, Debug, Default)]
@@ -63,18 +63,18 @@ pub async fn insert(
     at: &At,
     upload: Upload,
     overwrite: bool,
-    has_data: bool,
 ) -> Result<Written> {
-    if !has_data {
-        if at.branch.is_some() {
-            return Err(Error::invalid(
-                "the table holds no data yet: its first insert must be on the main branch",
-            ));
-        }
-        return create(datasets, location, upload, false).await;
-    }
+    let dataset = match open_or_first(datasets, location, at).await? {
+        Some(dataset) => Arc::new(dataset),
+        None => match create(datasets, location, upload.clone(), false).await {
+            // A rival's first write got there first: append after it.
+            Err(e) if e.code == Code::TableAlreadyExists => {
+                Arc::new(datasets.open(location, at).await?)
+            }
+            done => return done,
+        },
+    };
     let rows = upload.rows() as u64;
-    let dataset = Arc::new(datasets.open(location, at).await?);
     let params = WriteParams {
         mode: if overwrite {
             WriteMode::Overwrite
@@ -94,6 +94,27 @@ pub async fn insert(
         inserted: rows,
         ..Default::default()
     })
+}
+
+/// The table's dataset, or None when the table holds no data yet (then the write creates
+/// it, which only the main branch may).
+async fn open_or_first(
+    datasets: &LanceDatasets,
+    location: &str,
+    at: &At,
+) -> Result<Option<Dataset>> {
+    match datasets.open(location, at).await {
+        Ok(dataset) => Ok(Some(dataset)),
+        Err(e) if e.code == Code::InvalidTableState => {
+            if at.branch.is_some() {
+                return Err(Error::invalid(
+                    "the table holds no data yet: its first write must be on the main branch",
+                ));
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// MergeInsertIntoTable's options, as the query string gives them.
@@ -143,26 +164,25 @@ pub async fn merge_insert(
     at: &At,
     upload: Upload,
     options: MergeOptions,
-    has_data: bool,
 ) -> Result<Written> {
     if options.on.is_empty() {
         return Err(Error::invalid(
             "merge_insert needs at least one `on` key column",
         ));
     }
-    if !has_data {
+    let Some(dataset) = open_or_first(datasets, location, at).await? else {
         if !options.when_not_matched_insert_all {
             return Err(Error::invalid(
                 "the table holds no data yet and when_not_matched_insert_all is false: nothing would be written",
             ));
         }
         return create(datasets, location, upload, false).await;
-    }
-    let dataset = Arc::new(datasets.open(location, at).await?);
+    };
+    let dataset = Arc::new(dataset);
     for key in &options.on {
         if dataset.schema().field(key).is_none() {
             return Err(Error::new(
-                crate::error::Code::TableColumnNotFound,
+                Code::TableColumnNotFound,
                 format!("the merge key column '{key}' is not in the table"),
             ));
         }
