@@ -470,3 +470,18 @@ def test_describe_answers_while_an_index_builds(warehouse, ns):
     assert answered_during_build > 0
     indices = ns.list_table_indices(m.ListTableIndicesRequest(id=tid)).indexes
     assert [i.columns for i in indices] == [["vec"]]
+
+
+def test_multi_vector_search_matches_pylance(warehouse, ns):
+    rng = np.random.default_rng(0)
+    n = 200
+    inner = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 3 * 8, dtype=np.float32)), 8)
+    multi = pa.ListArray.from_arrays(pa.array(np.arange(0, n * 3 + 1, 3, dtype=np.int32)), inner)
+    tid, created = make_table(ns, warehouse, "mv", pa.table({"id": pa.array(range(n), pa.int64()), "mv": multi}))
+    q = rng.random((2, 8), dtype=np.float32)
+    got = query(ns, tid, k=3, vector=m.QueryTableRequestVector(multi_vector=q.tolist()), distance_type="cosine",
+                columns=m.QueryTableRequestColumns(column_names=["id"]))
+    want = open_direct(warehouse, created.location).to_table(
+        columns=["id"], nearest={"column": "mv", "q": q, "k": 3, "metric": "cosine"})
+    assert got["id"].to_pylist() == want["id"].to_pylist()
+    assert np.allclose(got["_distance"].to_numpy(), want["_distance"].to_numpy())

@@ -40,9 +40,10 @@ def data(n: int, start: int = 0, seed: int = 0) -> pa.Table:
 
 @pytest.fixture(params=["local", "seaweedfs"])
 def remote(request):
-    """A gateway with API keys and grants: `app` writes under `base`, `viewer` reads."""
+    """A gateway with API keys and grants: `app` writes under `base`, `viewer` reads, `ops`
+    administers everything, `nobody` has a key and no grant."""
     work = tempfile.mkdtemp(prefix="lg-remote-")
-    keys = {who: make_key(who) for who in ("app", "viewer", "ops")}
+    keys = {who: make_key(who) for who in ("app", "viewer", "ops", "nobody")}
     keys_file, grants_file = os.path.join(work, "keys"), os.path.join(work, "grants.toml")
     write(keys_file, "\n".join(line for _, line in keys.values()) + "\n")
     if request.param == "local":
@@ -196,3 +197,53 @@ def test_query_pushdown_runs_on_the_gateway(warehouse):
     assert vec["id"].to_pylist() == want["id"].to_pylist()
     # the plain scan at least went to the gateway's QueryTable
     assert open(warehouse.gateway.log).read().count("/query") > before
+
+
+def test_grants_on_spec_data_operations(remote):
+    """pylance's REST client with each caller's key: reads need read, writes write, the
+    destructive changes admin; a caller without a grant is told the table is not there."""
+    from lance.namespace import RestNamespace
+    import io
+    import lance_namespace_urllib3_client.models as m
+    from security import call, enc
+
+    def client(who):
+        return RestNamespace(uri=remote["gw"].uri, **{"headers.x-api-key": remote["keys"][who]})
+
+    def stream(t):
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        return sink.getvalue()
+
+    tid = remote["base"] + [unique("g")]
+    app, viewer = client("app"), client("viewer")
+    created = app.create_table(m.CreateTableRequest(id=tid), stream(data(50)))
+    app.create_table_index(m.CreateTableIndexRequest(id=tid, column="id", index_type="BTREE"))
+    assert viewer.count_table_rows(m.CountTableRowsRequest(id=tid)).count == 50
+    got = viewer.query_table(m.QueryTableRequest(id=tid, k=5, vector=m.QueryTableRequestVector(), filter="id < 5"))
+    assert len(pa.ipc.open_file(pa.BufferReader(got.data)).read_all()) == 5
+
+    def status(who, op, body, arrow=False):
+        headers = {"x-api-key": remote["keys"][who]}
+        if arrow:
+            headers["content-type"] = "application/vnd.apache.arrow.stream"
+        code, answer, _ = call(remote["gw"].uri, "POST", f"/v1/table/{enc(tid)}/{op}", body, headers)
+        return code, answer.get("code")
+
+    # the reader may not write
+    assert status("viewer", "insert", stream(data(2, start=100)), arrow=True) == (403, 15)
+    assert status("viewer", "delete", {"predicate": "id < 3"}) == (403, 15)
+    assert status("viewer", "create_index", {"column": "text", "index_type": "FTS"}) == (403, 15)
+    # the writer may write, not destroy
+    assert status("app", "delete", {"predicate": "id < 3"})[0] == 200
+    assert status("app", "index/id_idx/drop", None) == (403, 15)
+    assert status("app", "drop_columns", {"columns": ["text"]}) == (403, 15)
+    assert status("app", "restore", {"version": 1}) == (403, 15)
+    # the operator may
+    assert status("ops", "restore", {"version": 1})[0] == 200
+    # a key with no grant on the table learns nothing of it: missing, not forbidden
+    assert status("nobody", "count_rows", {})[0] == 404
+    assert status("nobody", "query", {"k": 1, "vector": {}})[0] == 404
+    assert status("nobody", "insert", stream(data(1, start=500)), arrow=True)[0] == 404
+    assert lance.dataset(created.location, storage_options=remote["storage"]).count_rows() == 50
