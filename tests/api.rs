@@ -356,12 +356,16 @@ async fn table_routes() {
         )
         .await;
     assert_error(s, &b, 409, 5);
-    // drop deletes the data; a second drop is 404 code 4
+    // drop deletes the data (just after its answer); a second drop is 404 code 4
     let (s, t) = gw
         .call(Method::POST, "/v1/table/other%24t2/drop", None)
         .await;
     assert_eq!(s, 200, "{t}");
     let path = location.strip_prefix("file://").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::path::Path::new(path).exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert!(
         !std::path::Path::new(path).exists(),
         "data of a dropped table is deleted"

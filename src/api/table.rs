@@ -245,7 +245,14 @@ pub async fn drop(
 ) -> Result<Json<DropTableResponse>> {
     target.check_body_id(req.id.as_ref())?;
     let (catalog, id) = (state.catalog.clone(), target.id.clone());
-    let record = detached(async move { catalog.drop_table(&ctx, &id, true).await }).await?;
+    let (record, cleanup) =
+        detached(async move { catalog.drop_table_later(&ctx, &id).await }).await?;
+    state.data.forget(&record.location);
+    // The table is gone; its data is deleted after the answer, however large it is.
+    if let Some(cleanup) = cleanup {
+        let catalog = state.catalog.clone();
+        tokio::spawn(async move { catalog.finish_cleanup(cleanup).await });
+    }
     Ok(Json(DropTableResponse {
         id: Some(record.id),
         location: Some(record.location),

@@ -21,6 +21,14 @@ use crate::access::Ctx;
 use crate::error::{Error, Result};
 use crate::store::{Condition, StoreError};
 
+/// What is left of a committed drop once its table is gone: deleting the data, then the
+/// folder claim and the intent.
+pub struct DataCleanup {
+    intent_key: String,
+    intent: Intent,
+    etag: String,
+}
+
 impl Catalog {
     async fn read_table(&self, id: &[String]) -> Result<Option<(TableRecord, String)>> {
         let key = self.table_key(id)?;
@@ -400,7 +408,7 @@ impl Catalog {
         }
     }
 
-    /// DropTable (`delete_data`) and DeregisterTable.
+    /// DropTable (`delete_data`) and DeregisterTable, each finished before it returns.
     pub async fn drop_table(
         &self,
         ctx: &Ctx,
@@ -411,11 +419,50 @@ impl Catalog {
         self.remove_table(id, delete_data).await
     }
 
+    /// DropTable for a server: the table is gone when this returns (its record is deleted,
+    /// nothing can reach it), and deleting its data, which may take long on a large table,
+    /// is handed back as a `DataCleanup` to run after the answer (`finish_cleanup`). A cleanup
+    /// that never runs (the gateway dies) is finished by recovery, as any committed drop.
+    pub async fn drop_table_later(
+        &self,
+        ctx: &Ctx,
+        id: &[String],
+    ) -> Result<(TableRecord, Option<DataCleanup>)> {
+        self.may_remove_table(ctx, id)?;
+        self.remove_table_deferring(id, true, true).await
+    }
+
+    /// Deletes a dropped table's data, then its folder claim and its intent.
+    pub async fn finish_cleanup(&self, cleanup: DataCleanup) {
+        let DataCleanup {
+            intent_key,
+            mut intent,
+            etag,
+        } = cleanup;
+        if !self.owner_in_time(intent.started_at_ms) {
+            return; // past its time: a settler finishes it
+        }
+        if let Err(e) = self.roll_forward(&intent_key, &mut intent, etag).await {
+            tracing::warn!(intent = %intent_key, error = %e, "drop cleanup incomplete; recovery will finish it");
+        }
+    }
+
     pub(crate) async fn remove_table(
         &self,
         id: &[String],
         delete_data: bool,
     ) -> Result<TableRecord> {
+        self.remove_table_deferring(id, delete_data, false)
+            .await
+            .map(|(record, _)| record)
+    }
+
+    async fn remove_table_deferring(
+        &self,
+        id: &[String],
+        delete_data: bool,
+        defer: bool,
+    ) -> Result<(TableRecord, Option<DataCleanup>)> {
         let key = self.table_key(id)?;
         let cell = self.cell_of(id)?;
         for _attempt in 0..8 {
@@ -486,7 +533,15 @@ impl Catalog {
             };
             // 4. The linearization point: the record goes (unless a helper took this step).
             self.remove(&key, &mark_etag).await?;
-            // 5. The rest: data, claim, intent.
+            // 5. The rest: data, claim, intent (now, or by the caller after its answer).
+            if defer && delete_data {
+                let cleanup = DataCleanup {
+                    intent_key,
+                    intent,
+                    etag: committed_etag,
+                };
+                return Ok((record, Some(cleanup)));
+            }
             if self.owner_in_time(intent.started_at_ms)
                 && let Err(e) = self
                     .roll_forward(&intent_key, &mut intent, committed_etag)
@@ -494,7 +549,7 @@ impl Catalog {
             {
                 tracing::warn!(table = %self.show(id), error = %e, "drop cleanup incomplete; recovery will finish it");
             }
-            return Ok(record);
+            return Ok((record, None));
         }
         Err(self.busy("table", id))
     }

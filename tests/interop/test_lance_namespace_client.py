@@ -1,6 +1,8 @@
 """(a) The `lance_namespace` REST client (pylance 14.0.2's Rust RestNamespace) through every
 namespace and table operation the gateway serves, on each kind of warehouse."""
 
+import time
+
 import lance
 import lance_namespace as ln
 import pyarrow as pa
@@ -132,9 +134,18 @@ def test_table_lifecycle(ns, warehouse):
     with pytest.raises(errors.TableAlreadyExistsError):
         ns.rename_table(ln.RenameTableRequest(id=top + ["t2"], new_table_name="t3"))
 
-    # drop forgets the table and deletes its data
+    # drop forgets the table at once and deletes its data just after its answer
     dropped = ns.drop_table(ln.DropTableRequest(id=other + ["moved"]))
     assert dropped.location == declared.location
+    with pytest.raises(errors.TableNotFoundError):
+        ns.describe_table(ln.DescribeTableRequest(id=other + ["moved"]))
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            lance.dataset(declared.location, storage_options=warehouse.storage_options or None).count_rows()
+        except Exception:
+            break
+        time.sleep(0.05)
     with pytest.raises(Exception):
         lance.dataset(declared.location, storage_options=warehouse.storage_options or None).count_rows()
     with pytest.raises(errors.TableNotFoundError):

@@ -5,6 +5,7 @@ credentials vended by the gateway and, again, with `storage.*` keys on the Spark
 Every step prints what it saw; a wrong answer fails with the step's name."""
 
 import os
+import time
 import uuid
 
 import lance
@@ -96,10 +97,17 @@ def scenario(spark, catalog_uri: str, base: list[str], storage_options: dict | N
     spark.sql(f"DROP TABLE {table} PURGE")
     tables = [r["tableName"] for r in spark.sql(f"SHOW TABLES IN {ns_sql}").collect()]
     s.check("DROP TABLE removes it from the catalog", tables, [])
-    try:
-        left = lance.dataset(location, storage_options=storage_options or None).count_rows()
-    except Exception as e:  # the dataset is gone: what we want
-        left = f"gone ({type(e).__name__})"
+    # (the data is deleted just after DropTable answers)
+    deadline = time.time() + 10
+    while True:
+        try:
+            left = lance.dataset(location, storage_options=storage_options or None).count_rows()
+        except Exception as e:  # the dataset is gone: what we want
+            left = f"gone ({type(e).__name__})"
+            break
+        if time.time() > deadline:
+            break
+        time.sleep(0.05)
     s.check("DROP TABLE removes its data from the store", str(left).startswith("gone"), True)
 
     # Plain DROP TABLE forgets the entry and keeps the data.
