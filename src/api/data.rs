@@ -487,8 +487,8 @@ pub async fn delete(
 // ---------------------------------------------------------------------------------------
 // Reads
 
-fn arrow_file(bytes: Vec<u8>) -> Response {
-    let mut response = bytes.into_response();
+fn arrow_file(body: Body) -> Response {
+    let mut response = body.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/vnd.apache.arrow.file"),
@@ -518,11 +518,22 @@ pub async fn query(
     let record = table(&state, &ctx, &target, Level::Read, "querying").await?;
     let at = At::of(req.version, req.branch.as_deref())?;
     let limits = state.data_limits.results();
-    let bytes = with_dataset(&state, &record, at, move |dataset| async move {
+    let answer = with_dataset(&state, &record, at, move |dataset| async move {
         read::query(Arc::new(dataset), &req, limits).await
     })
     .await?;
-    Ok(arrow_file(bytes))
+    match answer {
+        read::Answer::Whole(bytes) => Ok(arrow_file(bytes.into())),
+        read::Answer::Streaming(rest) => {
+            // The rest is read and written on the data runtime while the body goes out.
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            state.data.runtime().spawn(rest.send(tx));
+            let chunks = futures::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|chunk| (chunk, rx))
+            });
+            Ok(arrow_file(Body::from_stream(chunks)))
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]

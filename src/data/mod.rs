@@ -88,6 +88,14 @@ impl DataRuntime {
         })
     }
 
+    /// Starts `work` on the data runtime without waiting for it.
+    pub fn spawn<F>(&self, work: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.handle.spawn(work);
+    }
+
     /// The caller's own runtime (for tests and tools that serve no requests).
     pub fn current() -> Self {
         DataRuntime {

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
+use arrow_ipc::writer::FileWriter;
 use arrow_schema::{DataType, Field};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
 use lance::dataset::scanner::Scanner;
 use lance::dataset::statistics::DatasetStatisticsExt;
@@ -460,32 +461,136 @@ pub fn scanner(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Re
     Ok(scan)
 }
 
-/// Runs a query and answers its rows as an Arrow IPC file.
-pub async fn query(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Result<Vec<u8>> {
+/// Results up to this size are answered whole (a limit met on the way is still a clean 400);
+/// larger ones stream out as they are read, so the gateway never holds a large result.
+const STREAM_AFTER_BYTES: usize = 8 * 1024 * 1024;
+
+/// A query's answer: the whole Arrow IPC file, or its start and the rest still being read.
+pub enum Answer {
+    Whole(Vec<u8>),
+    Streaming(ResultStream),
+}
+
+/// A result too large to hold, written out batch by batch.
+pub struct ResultStream {
+    schema: arrow_schema::SchemaRef,
+    head: Vec<RecordBatch>,
+    rest: futures::stream::BoxStream<'static, Result<RecordBatch>>,
+    rows: usize,
+    bytes: usize,
+    limits: ResultLimits,
+}
+
+fn too_many_rows(limits: ResultLimits) -> Error {
+    Error::invalid(format!(
+        "the result has more than {} rows (max-query-rows): add a filter or set k",
+        limits.max_rows
+    ))
+}
+
+fn too_many_bytes(limits: ResultLimits) -> Error {
+    Error::invalid(format!(
+        "the result is larger than {} bytes (max-query-bytes): select fewer columns or rows",
+        limits.max_bytes
+    ))
+}
+
+impl ResultStream {
+    /// Counts a batch against the limits.
+    fn admit(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.rows += batch.num_rows();
+        self.bytes += batch.get_array_memory_size();
+        if self.rows > self.limits.max_rows {
+            return Err(too_many_rows(self.limits));
+        }
+        if self.bytes > self.limits.max_bytes {
+            return Err(too_many_bytes(self.limits));
+        }
+        Ok(())
+    }
+
+    /// Writes the Arrow IPC file into `out`, a chunk per batch. Its status line is already
+    /// sent, so a failure on the way (a limit crossed, the store failing) ends the body with
+    /// an error: the client sees a broken transfer, never a file cut short.
+    pub async fn send(mut self, out: tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>) {
+        let failed = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
+        let mut writer = match FileWriter::try_new(Vec::new(), &self.schema) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = out.send(Err(failed(&e))).await;
+                return;
+            }
+        };
+        let head = std::mem::take(&mut self.head);
+        let mut pending = head.into_iter();
+        loop {
+            let batch = match pending.next() {
+                Some(batch) => batch,
+                None => match self.rest.next().await {
+                    None => break,
+                    Some(Ok(batch)) => {
+                        if let Err(e) = self.admit(&batch) {
+                            let _ = out.send(Err(failed(&e))).await;
+                            return;
+                        }
+                        batch
+                    }
+                    Some(Err(e)) => {
+                        let _ = out.send(Err(failed(&e))).await;
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = writer.write(&batch) {
+                let _ = out.send(Err(failed(&e))).await;
+                return;
+            }
+            let chunk = std::mem::take(writer.get_mut());
+            if out.send(Ok(bytes::Bytes::from(chunk))).await.is_err() {
+                return; // the client went away
+            }
+        }
+        if let Err(e) = writer.finish() {
+            let _ = out.send(Err(failed(&e))).await;
+            return;
+        }
+        let tail = std::mem::take(writer.get_mut());
+        let _ = out.send(Ok(bytes::Bytes::from(tail))).await;
+    }
+}
+
+/// Runs a query. A plain scan without a limit is counted first, so one that would answer
+/// more rows than allowed is refused before anything is sent.
+pub async fn query(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Result<Answer> {
+    let unlimited = positive("k", query.k)?.is_none_or(|k| k == 0 || k >= UNLIMITED);
+    let plain =
+        query_vectors(&query.vector)?.is_none() && full_text(&query.full_text_query)?.is_none();
+    if plain && unlimited {
+        let matching = count_rows(&dataset, query.filter.as_deref()).await? as usize;
+        let skipped = positive("offset", query.offset)?.unwrap_or(0);
+        if matching.saturating_sub(skipped) > limits.max_rows {
+            return Err(too_many_rows(limits));
+        }
+    }
     let scan = scanner(dataset, query, limits)?;
     let stream = scan.try_into_stream().await.map_err(lance_error)?;
     let schema = stream.schema();
-    let mut batches: Vec<RecordBatch> = Vec::new();
-    let (mut rows, mut bytes) = (0usize, 0usize);
-    let mut stream = stream.map_err(lance_error);
-    while let Some(batch) = stream.try_next().await? {
-        rows += batch.num_rows();
-        bytes += batch.get_array_memory_size();
-        if rows > limits.max_rows {
-            return Err(Error::invalid(format!(
-                "the result has more than {} rows (max-query-rows): add a filter or set k",
-                limits.max_rows
-            )));
+    let mut answer = ResultStream {
+        schema,
+        head: Vec::new(),
+        rest: stream.map_err(lance_error).boxed(),
+        rows: 0,
+        bytes: 0,
+        limits,
+    };
+    while let Some(batch) = answer.rest.try_next().await? {
+        answer.admit(&batch)?;
+        answer.head.push(batch);
+        if answer.bytes > STREAM_AFTER_BYTES {
+            return Ok(Answer::Streaming(answer));
         }
-        if bytes > limits.max_bytes {
-            return Err(Error::invalid(format!(
-                "the result is larger than {} bytes (max-query-bytes): select fewer columns or rows",
-                limits.max_bytes
-            )));
-        }
-        batches.push(batch);
     }
-    super::ipc::encode_file(&schema, &batches)
+    super::ipc::encode_file(&answer.schema, &answer.head).map(Answer::Whole)
 }
 
 /// The number of rows, or of rows matching `predicate`.

@@ -485,3 +485,19 @@ def test_multi_vector_search_matches_pylance(warehouse, ns):
         columns=["id"], nearest={"column": "mv", "q": q, "k": 3, "metric": "cosine"})
     assert got["id"].to_pylist() == want["id"].to_pylist()
     assert np.allclose(got["_distance"].to_numpy(), want["_distance"].to_numpy())
+
+
+def test_a_large_result_streams_out_whole(warehouse, ns):
+    """A result past the gateway's hold-whole size (8 MiB) is sent as it is read: the client
+    still gets one complete Arrow IPC file, the same rows pylance reads."""
+    rng = np.random.default_rng(4)
+    n, dim = 24_000, 128
+    big = pa.table({"id": pa.array(range(n), pa.int64()),
+                    "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * dim, dtype=np.float32)), dim)})
+    tid, created = make_table(ns, warehouse, "big", big)
+    got = query(ns, tid, k=n, filter="id >= 0")
+    assert got.num_rows == n and got.nbytes > 8 * 1024 * 1024
+    want = open_direct(warehouse, created.location).to_table()
+    assert got.sort_by("id").equals(want.sort_by("id"))
+    # the same with no limit at all (k = 0): counted first, then streamed
+    assert query(ns, tid, k=0, columns=m.QueryTableRequestColumns(column_names=["id"])).num_rows == n
