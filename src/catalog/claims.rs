@@ -162,7 +162,14 @@ impl Catalog {
                 return Ok(true);
             }
         }
-        Ok(false)
+        // A create giving up releases its claim before it removes its staged entry, so a
+        // claim read before the release and an entry read after the removal look like a
+        // claim with no create behind it. Read the claim once more: gone now, it was in
+        // flight.
+        match self.read::<LocationClaim>(key).await? {
+            Some((now, _)) if now.uid == claim.uid => Ok(false),
+            _ => Ok(true),
+        }
     }
 
     /// Removes the claim on `data_key` if table `uid` still holds it.
