@@ -130,7 +130,7 @@ pub struct CreateQuery {
     storage_options: Option<String>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum CreateMode {
     Create,
     ExistOk,
@@ -782,6 +782,24 @@ async fn tagged_table(
     Ok(record)
 }
 
+/// The common shape of a change to a table's data: the table (holding data) once the caller
+/// may do `needed`, its dataset at `branch`, and `work` run on it on the data runtime.
+async fn on_branch<T, F, Fut>(
+    (state, ctx, target): (&AppState, &Ctx, &Target),
+    (needed, what): (Level, &str),
+    branch: Option<&str>,
+    work: F,
+) -> Result<T>
+where
+    F: FnOnce(lance::Dataset) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let record = tagged_table(state, ctx, target, needed, what).await?;
+    let at = At::of(None, branch)?;
+    with_dataset(state, &record, at, work).await
+}
+
 pub async fn tag_version(
     State(state): State<AppState>,
     ctx: Ctx,
@@ -789,9 +807,9 @@ pub async fn tag_version(
     JsonBody(req): JsonBody<TagBody>,
 ) -> Result<Json<GetTableTagVersionResponse>> {
     let tag = req.tag()?;
-    let record = tagged_table(&state, &ctx, &target, Level::Read, "reading a tag").await?;
-    let contents = with_dataset(&state, &record, At::latest(), move |dataset| async move {
-        refs::tag_version(&dataset, &tag).await
+    let access = (Level::Read, "reading a tag");
+    let contents = on_branch((&state, &ctx, &target), access, None, |ds| async move {
+        refs::tag_version(&ds, &tag).await
     })
     .await?;
     Ok(Json(GetTableTagVersionResponse {
@@ -812,11 +830,13 @@ async fn set_tag(
     let version = req
         .version
         .ok_or_else(|| Error::invalid("the request needs a version"))?;
-    let record = tagged_table(&state, &ctx, &target, Level::Write, "tagging").await?;
     let branch = req.branch;
-    with_dataset(&state, &record, At::latest(), move |dataset| async move {
-        refs::set_tag(&dataset, &tag, version, branch.as_deref(), update).await
-    })
+    on_branch(
+        (&state, &ctx, &target),
+        (Level::Write, "tagging"),
+        None,
+        move |ds| async move { refs::set_tag(&ds, &tag, version, branch.as_deref(), update).await },
+    )
     .await
 }
 
@@ -847,9 +867,9 @@ pub async fn delete_tag(
     JsonBody(req): JsonBody<TagBody>,
 ) -> Result<Json<DeleteTableTagResponse>> {
     let tag = req.tag()?;
-    let record = tagged_table(&state, &ctx, &target, Level::Admin, "deleting a tag").await?;
-    with_dataset(&state, &record, At::latest(), move |dataset| async move {
-        refs::delete_tag(&dataset, &tag).await
+    let access = (Level::Admin, "deleting a tag");
+    on_branch((&state, &ctx, &target), access, None, |ds| async move {
+        refs::delete_tag(&ds, &tag).await
     })
     .await?;
     Ok(Json(DeleteTableTagResponse::default()))
@@ -915,9 +935,9 @@ pub async fn delete_branch(
         .name
         .filter(|n| !n.trim().is_empty())
         .ok_or_else(|| Error::invalid("the request needs a branch name"))?;
-    let record = tagged_table(&state, &ctx, &target, Level::Admin, "deleting a branch").await?;
-    with_dataset(&state, &record, At::latest(), move |dataset| async move {
-        refs::delete_branch(dataset, &name).await
+    let access = (Level::Admin, "deleting a branch");
+    on_branch((&state, &ctx, &target), access, None, |ds| async move {
+        refs::delete_branch(ds, &name).await
     })
     .await?;
     Ok(Json(DeleteTableBranchResponse::default()))
@@ -949,13 +969,17 @@ async fn build_index(
     }
     let replace = body.replace.unwrap_or(true);
     target.check_body_id(req.id.as_ref())?;
-    let record = tagged_table(&state, &ctx, &target, Level::Write, "indexing").await?;
-    let at = At::of(None, req.branch.as_deref())?;
-    with_dataset(&state, &record, at, move |dataset| async move {
-        index::create(dataset, &req, scalar_only, replace)
-            .await
-            .map(|_| ())
-    })
+    let branch = req.branch.clone();
+    on_branch(
+        (&state, &ctx, &target),
+        (Level::Write, "indexing"),
+        branch.as_deref(),
+        move |ds| async move {
+            index::create(ds, &req, scalar_only, replace)
+                .await
+                .map(|_| ())
+        },
+    )
     .await
 }
 
@@ -1045,11 +1069,13 @@ pub async fn drop_index(
     Path((_, name)): Path<(String, String)>,
     QueryOf(q): QueryOf<BranchQuery>,
 ) -> Result<Json<DropTableIndexResponse>> {
-    let record = tagged_table(&state, &ctx, &target, Level::Admin, "dropping an index").await?;
-    let at = At::of(None, q.branch.as_deref())?;
-    with_dataset(&state, &record, at, move |dataset| async move {
-        index::drop(dataset, &name).await.map(|_| ())
-    })
+    let access = (Level::Admin, "dropping an index");
+    on_branch(
+        (&state, &ctx, &target),
+        access,
+        q.branch.as_deref(),
+        |ds| async move { index::drop(ds, &name).await.map(|_| ()) },
+    )
     .await?;
     Ok(Json(DropTableIndexResponse::default()))
 }
@@ -1070,12 +1096,14 @@ pub async fn add_columns(
     target: Target,
     JsonBody(req): JsonBody<AddColumnsBody>,
 ) -> Result<Json<AlterTableAddColumnsResponse>> {
-    let record = tagged_table(&state, &ctx, &target, Level::Write, "adding columns").await?;
-    let at = At::of(None, req.branch.as_deref())?;
+    let access = (Level::Write, "adding columns");
     let columns = req.new_columns;
-    let version = with_dataset(&state, &record, at, move |dataset| async move {
-        schema::add_columns(dataset, &columns).await
-    })
+    let version = on_branch(
+        (&state, &ctx, &target),
+        access,
+        req.branch.as_deref(),
+        |ds| async move { schema::add_columns(ds, &columns).await },
+    )
     .await?;
     Ok(Json(AlterTableAddColumnsResponse {
         version: version as i64,
@@ -1096,12 +1124,14 @@ pub async fn alter_columns(
     target: Target,
     JsonBody(req): JsonBody<AlterColumnsBody>,
 ) -> Result<Json<AlterTableAlterColumnsResponse>> {
-    let record = tagged_table(&state, &ctx, &target, Level::Admin, "altering columns").await?;
-    let at = At::of(None, req.branch.as_deref())?;
+    let access = (Level::Admin, "altering columns");
     let alterations = req.alterations;
-    let version = with_dataset(&state, &record, at, move |dataset| async move {
-        schema::alter_columns(dataset, &alterations).await
-    })
+    let version = on_branch(
+        (&state, &ctx, &target),
+        access,
+        req.branch.as_deref(),
+        |ds| async move { schema::alter_columns(ds, &alterations).await },
+    )
     .await?;
     Ok(Json(AlterTableAlterColumnsResponse {
         version: version as i64,
@@ -1122,12 +1152,14 @@ pub async fn drop_columns(
     target: Target,
     JsonBody(req): JsonBody<DropColumnsBody>,
 ) -> Result<Json<AlterTableDropColumnsResponse>> {
-    let record = tagged_table(&state, &ctx, &target, Level::Admin, "dropping columns").await?;
-    let at = At::of(None, req.branch.as_deref())?;
+    let access = (Level::Admin, "dropping columns");
     let columns = req.columns;
-    let version = with_dataset(&state, &record, at, move |dataset| async move {
-        schema::drop_columns(dataset, &columns).await
-    })
+    let version = on_branch(
+        (&state, &ctx, &target),
+        access,
+        req.branch.as_deref(),
+        |ds| async move { schema::drop_columns(ds, &columns).await },
+    )
     .await?;
     Ok(Json(AlterTableDropColumnsResponse {
         version: version as i64,
@@ -1148,19 +1180,14 @@ pub async fn update_field_metadata(
     target: Target,
     JsonBody(req): JsonBody<FieldMetadataBody>,
 ) -> Result<Json<UpdateFieldMetadataResponse>> {
-    let record = tagged_table(
-        &state,
-        &ctx,
-        &target,
-        Level::Write,
-        "updating field metadata",
-    )
-    .await?;
-    let at = At::of(None, req.branch.as_deref())?;
+    let access = (Level::Write, "updating field metadata");
     let updates = req.updates;
-    let (version, fields) = with_dataset(&state, &record, at, move |dataset| async move {
-        schema::update_field_metadata(dataset, &updates).await
-    })
+    let (version, fields) = on_branch(
+        (&state, &ctx, &target),
+        access,
+        req.branch.as_deref(),
+        |ds| async move { schema::update_field_metadata(ds, &updates).await },
+    )
     .await?;
     Ok(Json(UpdateFieldMetadataResponse {
         version: version as i64,
@@ -1176,18 +1203,13 @@ pub async fn update_schema_metadata(
     QueryOf(q): QueryOf<BranchQuery>,
     JsonBody(metadata): JsonBody<HashMap<String, String>>,
 ) -> Result<Json<HashMap<String, String>>> {
-    let record = tagged_table(
-        &state,
-        &ctx,
-        &target,
-        Level::Write,
-        "updating schema metadata",
+    let access = (Level::Write, "updating schema metadata");
+    let result = on_branch(
+        (&state, &ctx, &target),
+        access,
+        q.branch.as_deref(),
+        |ds| async move { schema::replace_schema_metadata(ds, metadata).await },
     )
-    .await?;
-    let at = At::of(None, q.branch.as_deref())?;
-    let result = with_dataset(&state, &record, at, move |dataset| async move {
-        schema::replace_schema_metadata(dataset, metadata).await
-    })
     .await?;
     Ok(Json(result))
 }
@@ -1213,10 +1235,13 @@ mod tests {
 
     #[test]
     fn create_modes_in_every_spelling() {
-        assert!(create_mode(None).unwrap() == CreateMode::Create);
-        assert!(create_mode(Some("exist_ok")).unwrap() == CreateMode::ExistOk);
-        assert!(create_mode(Some("ExistOk")).unwrap() == CreateMode::ExistOk);
-        assert!(create_mode(Some("OVERWRITE")).unwrap() == CreateMode::Overwrite);
+        assert_eq!(create_mode(None).unwrap(), CreateMode::Create);
+        assert_eq!(create_mode(Some("exist_ok")).unwrap(), CreateMode::ExistOk);
+        assert_eq!(create_mode(Some("ExistOk")).unwrap(), CreateMode::ExistOk);
+        assert_eq!(
+            create_mode(Some("OVERWRITE")).unwrap(),
+            CreateMode::Overwrite
+        );
         assert!(create_mode(Some("replace")).is_err());
     }
 }

@@ -40,6 +40,14 @@ fn distance(req: &CreateTableIndexRequest) -> Result<DistanceType> {
     }
 }
 
+/// Sets `field` from a request's value when it gives one (zero means the default).
+fn set(field: &mut usize, name: &str, value: Option<i32>) -> Result<()> {
+    if let Some(v) = non_negative(name, value)? {
+        *field = v;
+    }
+    Ok(())
+}
+
 fn ivf(req: &CreateTableIndexRequest) -> Result<IvfBuildParams> {
     let mut ivf = IvfBuildParams::default();
     if let Some(n) = non_negative("num_partitions", req.num_partitions)? {
@@ -47,40 +55,32 @@ fn ivf(req: &CreateTableIndexRequest) -> Result<IvfBuildParams> {
     } else if let Some(size) = non_negative("target_partition_size", req.target_partition_size)? {
         ivf.target_partition_size = Some(size);
     }
-    if let Some(iters) = non_negative("max_iterations", req.max_iterations)? {
-        ivf.max_iters = iters;
-    }
-    if let Some(rate) = non_negative("sample_rate", req.sample_rate)? {
-        ivf.sample_rate = rate;
-    }
+    set(&mut ivf.max_iters, "max_iterations", req.max_iterations)?;
+    set(&mut ivf.sample_rate, "sample_rate", req.sample_rate)?;
     Ok(ivf)
 }
 
 fn pq(req: &CreateTableIndexRequest) -> Result<PQBuildParams> {
     let mut pq = PQBuildParams::default();
-    if let Some(n) = non_negative("num_sub_vectors", req.num_sub_vectors)? {
-        pq.num_sub_vectors = n;
-    }
-    if let Some(bits) = non_negative("num_bits", req.num_bits)? {
-        pq.num_bits = bits;
-    }
-    if let Some(iters) = non_negative("max_iterations", req.max_iterations)? {
-        pq.max_iters = iters;
-    }
-    if let Some(rate) = non_negative("sample_rate", req.sample_rate)? {
-        pq.sample_rate = rate;
-    }
+    set(
+        &mut pq.num_sub_vectors,
+        "num_sub_vectors",
+        req.num_sub_vectors,
+    )?;
+    set(&mut pq.num_bits, "num_bits", req.num_bits)?;
+    set(&mut pq.max_iters, "max_iterations", req.max_iterations)?;
+    set(&mut pq.sample_rate, "sample_rate", req.sample_rate)?;
     Ok(pq)
 }
 
 fn hnsw(req: &CreateTableIndexRequest) -> Result<HnswBuildParams> {
     let mut hnsw = HnswBuildParams::default();
-    if let Some(m) = non_negative("m", req.m)? {
-        hnsw.m = m;
-    }
-    if let Some(ef) = non_negative("ef_construction", req.ef_construction)? {
-        hnsw.ef_construction = ef;
-    }
+    set(&mut hnsw.m, "m", req.m)?;
+    set(
+        &mut hnsw.ef_construction,
+        "ef_construction",
+        req.ef_construction,
+    )?;
     Ok(hnsw)
 }
 

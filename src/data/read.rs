@@ -320,13 +320,11 @@ fn default_vector_column(dataset: &Dataset) -> Result<String> {
         })
 }
 
-fn vector_array(vectors: Vec<Vec<f32>>) -> Result<Arc<dyn Array>> {
-    if vectors.len() == 1 {
-        return Ok(Arc::new(Float32Array::from(
-            vectors.into_iter().next().unwrap(),
-        )));
+fn vector_array(mut vectors: Vec<Vec<f32>>) -> Result<Arc<dyn Array>> {
+    if let [single] = vectors.as_mut_slice() {
+        return Ok(Arc::new(Float32Array::from(std::mem::take(single))));
     }
-    let dim = vectors[0].len();
+    let dim = vectors.first().map_or(0, Vec::len);
     if vectors.iter().any(|v| v.len() != dim) {
         return Err(Error::invalid(
             "the vectors of a multi-vector query must have one length",

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lance::Dataset;
 use lance::dataset::{
     InsertBuilder, MergeInsertBuilder, UpdateBuilder, WhenMatched, WhenNotMatched,
-    WhenNotMatchedBySource, WriteMode, WriteParams,
+    WhenNotMatchedBySource, WriteDestination, WriteMode, WriteParams,
 };
 
 use super::ipc::Upload;
@@ -32,7 +32,6 @@ pub async fn create(
     upload: Upload,
     overwrite: bool,
 ) -> Result<Written> {
-    let rows = upload.rows() as u64;
     let params = WriteParams {
         mode: if overwrite {
             WriteMode::Overwrite
@@ -43,8 +42,18 @@ pub async fn create(
         session: Some(datasets.session()),
         ..Default::default()
     };
-    let dataset = InsertBuilder::new(location)
-        .with_params(&params)
+    write_into(location, &params, upload).await
+}
+
+/// Writes `upload` to `dest` as one commit; answers the version made and the rows written.
+async fn write_into<'a>(
+    dest: impl Into<WriteDestination<'a>>,
+    params: &WriteParams,
+    upload: Upload,
+) -> Result<Written> {
+    let rows = upload.rows() as u64;
+    let dataset = InsertBuilder::new(dest)
+        .with_params(params)
         .execute_stream(upload.reader())
         .await
         .map_err(lance_error)?;
@@ -74,7 +83,6 @@ pub async fn insert(
             done => return done,
         },
     };
-    let rows = upload.rows() as u64;
     let params = WriteParams {
         mode: if overwrite {
             WriteMode::Overwrite
@@ -84,16 +92,7 @@ pub async fn insert(
         session: Some(datasets.session()),
         ..Default::default()
     };
-    let written = InsertBuilder::new(dataset)
-        .with_params(&params)
-        .execute_stream(upload.reader())
-        .await
-        .map_err(lance_error)?;
-    Ok(Written {
-        version: written.version().version,
-        inserted: rows,
-        ..Default::default()
-    })
+    write_into(dataset, &params, upload).await
 }
 
 /// The table's dataset, or None when the table holds no data yet (then the write creates
