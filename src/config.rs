@@ -317,6 +317,10 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_FS_SYNC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fs_sync: Option<bool>,
+    /// Answer `managed_versioning: true`, so Lance clients commit each version through the gateway (CreateTableVersion), which checks and orders them [default: false].
+    #[arg(long, env = "LANCE_GATEWAY_MANAGED_VERSIONING")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub managed_versioning: Option<bool>,
     /// This gateway's name among those sharing the warehouse; a gateway restarted under the same name settles its unfinished operations at once [default: <host name>:<port>].
     #[arg(long, env = "LANCE_GATEWAY_NODE_ID")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -435,6 +439,7 @@ pub struct Config {
     pub recovery_grace: Duration,
     pub recovery_interval: Duration,
     pub fs_sync: bool,
+    pub managed_versioning: bool,
     pub node_id: String,
     pub log_format: LogFormat,
 }
@@ -700,6 +705,7 @@ impl Config {
             recovery_grace: Duration::from_secs(grace),
             recovery_interval: Duration::from_secs(interval),
             fs_sync: s.fs_sync.unwrap_or(true),
+            managed_versioning: s.managed_versioning.unwrap_or(false),
             node_id,
             log_format: s.log_format.unwrap_or(LogFormat::Text),
         })

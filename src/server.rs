@@ -313,7 +313,8 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         parts.layout,
         datasets.clone(),
         Settings::new(config.recovery_grace, config.node_id.clone())
-            .with_grants(security.grants.clone()),
+            .with_grants(security.grants.clone())
+            .with_managed_versioning(config.managed_versioning),
     )
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;

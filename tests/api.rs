@@ -425,8 +425,7 @@ async fn wire_quirks_and_errors() {
     // unsupported spec routes, unknown routes and wrong methods: JSON, code 0
     for (method, path) in [
         (Method::POST, "/v1/table/n1%24t/backfill_column"),
-        (Method::POST, "/v1/table/n1%24t/version/create"),
-        (Method::POST, "/v1/table/n1%24t/version/delete"),
+        (Method::POST, "/v1/table/n1%24t/refresh"),
         (Method::POST, "/v1/transaction/x/describe"),
         (Method::GET, "/v1/nothing/here"),
         (Method::GET, "/v1/namespace/n1/create"),

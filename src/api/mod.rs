@@ -7,6 +7,7 @@ pub mod extract;
 pub mod guard;
 pub mod namespace;
 pub mod table;
+pub mod version;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,15 +49,9 @@ pub struct Limits {
 
 pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The spec's table routes that lance-gateway does not serve: the managed-versioning
-/// protocol (it answers `managed_versioning: false`, so clients commit through Lance) and
-/// the jobs of other products (backfills, materialized-view refreshes).
-const UNSERVED_TABLE_ROUTES: &[&str] = &[
-    "backfill_column",
-    "version/create",
-    "version/delete",
-    "refresh",
-];
+/// The spec's table routes that lance-gateway does not serve: the jobs of other products
+/// (backfills, materialized-view refreshes).
+const UNSERVED_TABLE_ROUTES: &[&str] = &["backfill_column", "refresh"];
 
 pub fn router(state: AppState, limits: &Limits) -> Router {
     let mut routes = Router::new()
@@ -97,6 +92,8 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
             "/v1/table/{id}/version/describe",
             post(data::describe_version),
         )
+        .route("/v1/table/{id}/version/create", post(version::create))
+        .route("/v1/table/{id}/version/delete", post(version::delete))
         .route("/v1/table/{id}/tags/list", post(data::list_tags))
         .route("/v1/table/{id}/tags/version", post(data::tag_version))
         .route("/v1/table/{id}/tags/create", post(data::create_tag))

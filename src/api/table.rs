@@ -65,7 +65,7 @@ pub async fn declare(
         location: Some(record.location),
         storage_options: Some(storage_options),
         properties: Some(record.properties),
-        managed_versioning: Some(false),
+        managed_versioning: Some(state.catalog.managed_versioning()),
         ..Default::default()
     }))
 }
@@ -150,7 +150,7 @@ pub async fn describe(
         table_uri: with_table_uri.then(|| record.location.clone()),
         storage_options: Some(state.vendor.options(&ctx, &record, level, vend).await?),
         properties: Some(record.properties.clone()),
-        managed_versioning: Some(false),
+        managed_versioning: Some(state.catalog.managed_versioning()),
         location: Some(record.location.clone()),
         ..Default::default()
     };

@@ -332,6 +332,43 @@ impl Layout {
         Ok(rel)
     }
 
+    /// The path a Lance client's object store gives the object at `key`: relative to the
+    /// store's root, with no scheme, no bucket and no leading `/` (how Lance names manifests
+    /// in CreateTableVersion and reads the paths it is answered).
+    pub fn store_path_of(&self, key: &str) -> String {
+        match &self.warehouse {
+            Warehouse::Local(root) => {
+                let root = root.to_string_lossy();
+                let root = root.trim_matches('/');
+                if root.is_empty() {
+                    key.to_string()
+                } else {
+                    format!("{root}/{key}")
+                }
+            }
+            Warehouse::S3Bucket { prefix, .. } => format!("{prefix}{key}"),
+            Warehouse::S3Endpoint => key.split_once('/').map_or("", |(_, rest)| rest).to_string(),
+        }
+    }
+
+    /// `path` as `store_path_of` gives it, also accepted as a full URI (`s3://bucket/…`,
+    /// `file:///…`), which the spec's examples show.
+    pub fn plain_store_path(path: &str) -> &str {
+        if let Some(rest) = path.strip_prefix("s3://") {
+            rest.split_once('/').map_or("", |(_, p)| p)
+        } else if let Some(rest) = path.strip_prefix("file://") {
+            rest.trim_start_matches('/')
+        } else {
+            path
+        }
+    }
+
+    /// Whether the store's ETags are the ones a Lance client's object store reports for the
+    /// same object (S3: the server's; a local folder: each side makes its own).
+    pub fn shares_etags(&self) -> bool {
+        !matches!(self.warehouse, Warehouse::Local(_))
+    }
+
     pub fn root_uri(&self) -> String {
         match &self.warehouse {
             Warehouse::Local(root) => format!("file://{}", root.display()),

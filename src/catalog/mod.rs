@@ -38,6 +38,7 @@ pub mod namespaces;
 pub mod records;
 pub mod recovery;
 pub mod tables;
+pub mod versions;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,6 +83,8 @@ pub struct Settings {
     pub node: String,
     /// Who may do what (everyone everything, unless a grants file is configured).
     pub grants: Arc<Grants>,
+    /// Whether clients commit versions through the gateway (`versions`).
+    pub managed_versioning: bool,
 }
 
 impl Settings {
@@ -90,11 +93,17 @@ impl Settings {
             grace,
             node: node.into(),
             grants: Arc::new(Grants::open()),
+            managed_versioning: false,
         }
     }
 
     pub fn with_grants(mut self, grants: Arc<Grants>) -> Self {
         self.grants = grants;
+        self
+    }
+
+    pub fn with_managed_versioning(mut self, on: bool) -> Self {
+        self.managed_versioning = on;
         self
     }
 }
@@ -146,6 +155,7 @@ pub struct Catalog {
     grace_ms: u64,
     node: String,
     grants: Arc<Grants>,
+    managed_versioning: bool,
     /// When this run opened the catalog: entries this node started before belong to an
     /// earlier run, which is gone.
     started_ms: u64,
@@ -172,6 +182,7 @@ impl Catalog {
             grace_ms: settings.grace.as_millis() as u64,
             node: settings.node,
             grants: settings.grants,
+            managed_versioning: settings.managed_versioning,
             started_ms: now_ms(),
             delim: "$",
         };
@@ -204,6 +215,11 @@ impl Catalog {
             }
         }
         Ok(catalog)
+    }
+
+    /// Whether clients are told to commit versions through the gateway.
+    pub fn managed_versioning(&self) -> bool {
+        self.managed_versioning
     }
 
     pub fn layout(&self) -> &Layout {

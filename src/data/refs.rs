@@ -9,19 +9,27 @@ use lance_namespace::models::{BranchContents, TableVersion, TagContents};
 use super::lance_error;
 use crate::error::{Code, Error, Result};
 
-/// The manifest path of `version`, relative to the table, in the naming scheme the dataset's
-/// current manifest uses (V1 `_versions/{v}.manifest`, V2 `_versions/{u64::MAX - v}` padded
-/// to 20 digits, so newer versions list first).
+/// The manifest path of `version` as the client's object store names it (relative to the
+/// store's root: Lance reads it as given under managed versioning), in the folder and the
+/// naming scheme of the dataset's current manifest (V1 `_versions/{v}.manifest`, V2
+/// `_versions/{u64::MAX - v}` padded to 20 digits, so newer versions list first).
 fn manifest_path(dataset: &Dataset, version: u64) -> String {
     let current = dataset.manifest_location();
+    let here = current.path.as_ref();
+    let folder = here.rsplit_once('/').map_or("", |(dir, _)| dir);
     let v1 = current
         .path
         .filename()
         .is_some_and(|f| f == format!("{}.manifest", current.version));
-    if v1 {
-        format!("_versions/{version}.manifest")
+    let name = if v1 {
+        format!("{version}.manifest")
     } else {
-        format!("_versions/{:020}.manifest", u64::MAX - version)
+        format!("{:020}.manifest", u64::MAX - version)
+    };
+    if folder.is_empty() {
+        name
+    } else {
+        format!("{folder}/{name}")
     }
 }
 

@@ -6,6 +6,7 @@ calls that show status, code and headers exactly."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import hashlib
 import hmac as hmac_lib
@@ -19,6 +20,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import uuid
 
 import jwt
 from cryptography import x509
@@ -26,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from conftest import gateway_binary
+from conftest import client_storage_options, gateway_binary, s3_gateway_setup, start_gateway
 
 
 # ----------------------------------------------------------------------------------- PKI
@@ -227,6 +229,47 @@ def make_key(principal: str, groups: list[str] | None = None) -> tuple[str, str]
     key = next(line for line in out if line.startswith("lgk_"))
     line = out[-1]
     return key, line
+
+
+def grants_toml(rules: list[tuple[str, str, list[str], str]]) -> str:
+    """[(principal|group, name, id, access)] as a grants file."""
+    out = []
+    for kind, name, ident, access in rules:
+        out.append(f'[[grant]]\n{kind} = "{name}"\nid = {json.dumps(ident)}\naccess = "{access}"\n')
+    return "\n".join(out)
+
+
+@contextlib.contextmanager
+def keyed_gateway(request, prefix: str, extra_args: tuple[str, ...] = ()):
+    """A gateway over the warehouse kind `request.param` (local or seaweedfs) with API keys
+    and grants: `app` writes under `base`, `viewer` reads, `ops` administers everything,
+    `nobody` has a key and no grant. Yields {gw, keys, base, storage}."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    keys = {who: make_key(who) for who in ("app", "viewer", "ops", "nobody")}
+    keys_file, grants_file = os.path.join(work, "keys"), os.path.join(work, "grants.toml")
+    write(keys_file, "\n".join(line for _, line in keys.values()) + "\n")
+    if request.param == "local":
+        args, env, base, storage = ["--warehouse", os.path.join(work, "wh")], {}, [], None
+    else:
+        sw = request.getfixturevalue("seaweed")
+        args, env = s3_gateway_setup(sw, "s3://")
+        base = [f"{prefix}{uuid.uuid4().hex[:8]}"]
+        storage = client_storage_options(sw)
+    write(grants_file, grants_toml([
+        ("principal", "ops", [], "admin"),
+        ("principal", "app", base, "write"),
+        ("principal", "viewer", base, "read"),
+    ]))
+    gw = start_gateway(args + ["--api-keys", keys_file, "--grants", grants_file, *extra_args], env)
+    if base:
+        import lance_namespace as ln
+        ln.connect("rest", {"uri": gw.uri, "headers.x-api-key": keys["ops"][0]}).create_namespace(
+            ln.CreateNamespaceRequest(id=base))
+    try:
+        yield {"gw": gw, "keys": {k: v[0] for k, v in keys.items()}, "base": base, "storage": storage}
+    finally:
+        code = gw.stop()
+    assert code == 0, f"gateway did not shut down cleanly (exit {code})"
 
 
 def write(path: str, text: str):

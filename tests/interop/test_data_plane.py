@@ -130,7 +130,11 @@ def test_writes_match_pylance_direct(warehouse, ns):
     assert newest.page_token
     # (pylance's client takes this one request as a dict)
     described = ns.describe_table_version({"id": tid, "version": 2})["version"]
-    assert described["version"] == 2 and described["manifest_path"].startswith("_versions/")
+    # the manifest as a Lance object store names it: from the store's root, in the table's folder
+    assert described["version"] == 2
+    table_folder = location.rstrip("/").split("/")[-1]
+    assert described["manifest_path"].endswith(f"{table_folder}/_versions/{2**64 - 1 - 2:020}.manifest")
+    assert "://" not in described["manifest_path"] and not described["manifest_path"].startswith("/")
 
     # overwrite replaces the rows with a new version
     fresh = rows(7, start=1000, seed=3)

@@ -22,8 +22,7 @@ import pytest
 from lancedb.index import FTS, IvfPq
 
 from conftest import start_gateway, s3_gateway_setup, unique
-from security import make_key, write
-from test_security import grants_toml
+from security import keyed_gateway
 
 DIM = 8
 
@@ -42,30 +41,8 @@ def data(n: int, start: int = 0, seed: int = 0) -> pa.Table:
 def remote(request):
     """A gateway with API keys and grants: `app` writes under `base`, `viewer` reads, `ops`
     administers everything, `nobody` has a key and no grant."""
-    work = tempfile.mkdtemp(prefix="lg-remote-")
-    keys = {who: make_key(who) for who in ("app", "viewer", "ops", "nobody")}
-    keys_file, grants_file = os.path.join(work, "keys"), os.path.join(work, "grants.toml")
-    write(keys_file, "\n".join(line for _, line in keys.values()) + "\n")
-    if request.param == "local":
-        args, env, base = ["--warehouse", os.path.join(work, "wh")], {}, []
-        storage = None
-    else:
-        sw = request.getfixturevalue("seaweed")
-        args, env = s3_gateway_setup(sw, "s3://")
-        base = [f"lg-remote-{uuid.uuid4().hex[:8]}"]
-        from conftest import client_storage_options
-        storage = client_storage_options(sw)
-    write(grants_file, grants_toml([
-        ("principal", "ops", [], "admin"),
-        ("principal", "app", base, "write"),
-        ("principal", "viewer", base, "read"),
-    ]))
-    gw = start_gateway(args + ["--api-keys", keys_file, "--grants", grants_file], env)
-    if base:
-        ln.connect("rest", {"uri": gw.uri, "headers.x-api-key": keys["ops"][0]}).create_namespace(
-            ln.CreateNamespaceRequest(id=base))
-    yield {"gw": gw, "keys": {k: v[0] for k, v in keys.items()}, "base": base, "storage": storage}
-    assert gw.stop() == 0
+    with keyed_gateway(request, "lg-remote-") as gw:
+        yield gw
 
 
 def connect(remote, who: str):

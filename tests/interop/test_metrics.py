@@ -17,8 +17,7 @@ import pytest
 
 import seaweedfs
 from conftest import free_port, s3_gateway_setup, start_gateway
-from security import call, enc, make_key, write
-from test_security import grants_toml
+from security import call, enc, grants_toml, make_key, write
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -20,15 +20,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import gateway_binary, s3_gateway_setup, start_gateway
-from security import Issuer, Pki, call, enc, forged_tokens, make_key, write
-
-
-def grants_toml(rules: list[tuple[str, str, list[str], str]]) -> str:
-    """[(principal|group, name, id, access)] as a grants file."""
-    out = []
-    for kind, name, ident, access in rules:
-        out.append(f'[[grant]]\n{kind} = "{name}"\nid = {json.dumps(ident)}\naccess = "{access}"\n')
-    return "\n".join(out)
+from security import Issuer, Pki, call, enc, forged_tokens, grants_toml, make_key, write
 
 
 @pytest.fixture(params=["local", "seaweedfs"])

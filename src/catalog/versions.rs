@@ -1,0 +1,423 @@
+//! Managed versioning (spec §2.3 and §6.3): with `--managed-versioning` the gateway answers
+//! `managed_versioning: true`, and Lance clients then commit every version through
+//! CreateTableVersion. The client writes its manifest under a staging name
+//! (`_versions/<final name>-<uuid>`); the gateway checks that it belongs to this table and
+//! follows the latest version, and publishes it under its final name.
+//!
+//! The version records are the manifests themselves: the final `_versions/` objects, the
+//! same ones Lance lists and the gateway's own data operations commit. So a table can be
+//! switched between managed and unmanaged at any time, writers of both kinds serialise on
+//! the same conditional create of the final name, and nothing is kept beside the data that
+//! could disagree with it.
+//!
+//! Invariants:
+//! - A version is published only if the one before it is (or it is the first of its
+//!   branch): no holes.
+//! - Publishing is a create-if-absent of the final name, so of two writers of version N
+//!   exactly one wins; the other gets ConcurrentModification (code 14), unless it sent the
+//!   same bytes (a retried request), which succeeds.
+//! - The staging manifest must be in the table's own `_versions/` folder (of the branch
+//!   named) and be a staging name of the version committed: the gateway, which holds the
+//!   broad credentials, copies nothing from elsewhere in the bucket.
+
+use bytes::Bytes;
+
+use super::Catalog;
+use super::records::TableRecord;
+use crate::access::{Ctx, Level};
+use crate::error::{Code, Error, Result};
+use crate::store::{Condition, StoreError};
+
+/// How manifests are named (Lance's `ManifestNamingScheme`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamingScheme {
+    /// `_versions/{version}.manifest`
+    V1,
+    /// `_versions/{u64::MAX - version}.manifest`, 20 digits, so newer versions list first.
+    V2,
+}
+
+impl NamingScheme {
+    pub fn parse(name: Option<&str>) -> Result<Self> {
+        match name.map(str::to_ascii_uppercase).as_deref() {
+            None | Some("") | Some("V2") => Ok(NamingScheme::V2),
+            Some("V1") => Ok(NamingScheme::V1),
+            Some(other) => Err(Error::invalid(format!(
+                "unknown naming_scheme '{other}': use V1 or V2"
+            ))),
+        }
+    }
+
+    pub fn file_name(self, version: u64) -> String {
+        match self {
+            NamingScheme::V1 => format!("{version}.manifest"),
+            NamingScheme::V2 => format!("{:020}.manifest", u64::MAX - version),
+        }
+    }
+}
+
+/// The version a final manifest name holds, in either scheme; `None` for anything else
+/// (staging manifests, transaction files).
+pub fn version_of_file(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".manifest")?;
+    if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = stem.parse().ok()?;
+    Some(if stem.len() == 20 { u64::MAX - n } else { n })
+}
+
+/// A version a client asks to commit (CreateTableVersion).
+#[derive(Clone, Debug)]
+pub struct NewVersion {
+    pub version: i64,
+    /// The staging manifest, as the client's object store names it.
+    pub manifest_path: String,
+    pub manifest_size: Option<i64>,
+    pub naming_scheme: Option<String>,
+    pub branch: Option<String>,
+}
+
+/// A version as published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedVersion {
+    pub version: u64,
+    /// The final manifest, as the client's object store names it.
+    pub manifest_path: String,
+    pub size: u64,
+    /// Only where the client's object store reports the same ETags (S3).
+    pub e_tag: Option<String>,
+}
+
+/// A branch name as Lance keeps it: `/`-separated segments, none empty, `.` or `..`.
+fn check_branch(branch: &str) -> Result<()> {
+    let bad_char = branch
+        .chars()
+        .any(|c| c.is_control() || matches!(c, '\\' | '%' | '?' | '#' | '*' | '$'));
+    if bad_char
+        || branch
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return Err(Error::invalid(format!("bad branch name '{branch}'")));
+    }
+    Ok(())
+}
+
+/// The key of the `_versions/` folder of `branch` (main when `None`) of a table.
+fn versions_dir(record: &TableRecord, branch: Option<&str>) -> Result<String> {
+    match branch.filter(|b| !b.is_empty() && *b != "main") {
+        None => Ok(format!("{}/_versions/", record.data_key)),
+        Some(branch) => {
+            check_branch(branch)?;
+            Ok(format!("{}/tree/{branch}/_versions/", record.data_key))
+        }
+    }
+}
+
+fn version_number(version: i64) -> Result<u64> {
+    u64::try_from(version)
+        .ok()
+        .filter(|v| *v >= 1 && *v < u64::MAX)
+        .ok_or_else(|| Error::invalid(format!("version {version} is not a valid version number")))
+}
+
+fn conflict(message: String) -> Error {
+    Error::new(Code::ConcurrentModification, message)
+}
+
+impl Catalog {
+    /// The newest version published in `dir`, or `None` when it holds none.
+    async fn latest_published(&self, dir: &str) -> Result<Option<u64>> {
+        let mut after: Option<String> = None;
+        let mut latest = None;
+        loop {
+            let page = self
+                .store
+                .list(dir, after.as_deref(), super::PAGE, true)
+                .await?;
+            for key in &page.keys {
+                let name = &key[dir.len()..];
+                if let Some(v) = version_of_file(name) {
+                    // V2 names list newest first: the first one is the answer.
+                    if name.len() == NamingScheme::V2.file_name(0).len() {
+                        return Ok(Some(latest.map_or(v, |l: u64| l.max(v))));
+                    }
+                    latest = Some(latest.map_or(v, |l: u64| l.max(v)));
+                }
+            }
+            if !page.more {
+                return Ok(latest);
+            }
+            after = page.keys.last().cloned();
+        }
+    }
+
+    /// CreateTableVersion: publishes a staged manifest as version `req.version` of the table
+    /// (see the module's invariants). Needs write access.
+    pub async fn create_table_version(
+        &self,
+        ctx: &Ctx,
+        id: &[String],
+        req: NewVersion,
+    ) -> Result<CommittedVersion> {
+        let record = self.describe_table(ctx, id).await?;
+        self.may_change_table(ctx, id, Level::Write, "committing a version")?;
+        let version = version_number(req.version)?;
+        let scheme = NamingScheme::parse(req.naming_scheme.as_deref())?;
+        let dir = versions_dir(&record, req.branch.as_deref())?;
+        let final_name = scheme.file_name(version);
+
+        // The staging manifest: `<dir>/<final name>-<suffix>`, nothing else.
+        let dir_path = self.layout.store_path_of(&dir);
+        let given = super::layout::Layout::plain_store_path(&req.manifest_path);
+        let in_dir = given.strip_prefix(&dir_path).ok_or_else(|| {
+            Error::invalid(format!(
+                "manifest_path '{}' is not in the table's versions folder '{dir_path}'",
+                req.manifest_path
+            ))
+        })?;
+        if in_dir == final_name {
+            return Err(Error::invalid(format!(
+                "manifest_path '{}' is the final manifest of version {version}, not a staged one",
+                req.manifest_path
+            )));
+        }
+        let staged_name = in_dir
+            .strip_prefix(&final_name)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .filter(|suffix| !suffix.is_empty() && !suffix.contains('/'));
+        if staged_name.is_none() {
+            return Err(Error::invalid(format!(
+                "manifest_path '{}' is not a staged manifest of version {version} \
+                 (expected '{dir_path}{final_name}-<id>')",
+                req.manifest_path
+            )));
+        }
+        let staging_key = format!("{dir}{in_dir}");
+        let final_key = format!("{dir}{final_name}");
+
+        let staged = self.store.get(&staging_key).await?.ok_or_else(|| {
+            Error::invalid(format!(
+                "the staged manifest '{}' does not exist",
+                req.manifest_path
+            ))
+        })?;
+        if let Some(size) = req.manifest_size
+            && size != staged.body.len() as i64
+        {
+            return Err(Error::invalid(format!(
+                "manifest_size {size} does not match the staged manifest ({} bytes)",
+                staged.body.len()
+            )));
+        }
+
+        let latest = self.latest_published(&dir).await?;
+        let follows = match latest {
+            Some(latest) => version == latest + 1,
+            // The first version of the table, or of a branch (which starts at the version
+            // it was made from).
+            None => version == 1 || dir != versions_dir(&record, None)?,
+        };
+        if !follows && latest.is_none_or(|l| version > l) {
+            return Err(conflict(format!(
+                "version {version} does not follow the latest version ({})",
+                latest.map_or("none".to_string(), |l| l.to_string())
+            )));
+        }
+        let published = if follows {
+            self.store
+                .put(&final_key, staged.body.clone(), Condition::IfAbsent)
+                .await
+        } else {
+            Err(StoreError::PreconditionFailed)
+        };
+        let etag = match published {
+            Ok(etag) => etag,
+            Err(StoreError::PreconditionFailed) => {
+                self.same_as_published(&final_key, &staged.body, version)
+                    .await?
+            }
+            Err(other) => return Err(other.into()),
+        };
+        // Best effort: a staging manifest left behind is only garbage (Lance ignores it).
+        if let Err(e) = self.store.delete(&staging_key, Condition::None).await {
+            tracing::warn!(key = %staging_key, error = %e, "could not delete a published staging manifest");
+        }
+        Ok(CommittedVersion {
+            version,
+            manifest_path: self.layout.store_path_of(&final_key),
+            size: staged.body.len() as u64,
+            e_tag: self.layout.shares_etags().then_some(etag),
+        })
+    }
+
+    /// A version already taken: the same bytes are the client's own commit retried (its
+    /// answer was lost), anything else is a rival's.
+    async fn same_as_published(
+        &self,
+        final_key: &str,
+        staged: &Bytes,
+        version: u64,
+    ) -> Result<String> {
+        match self.store.get(final_key).await? {
+            Some(existing) if existing.body == *staged => Ok(existing.etag),
+            _ => Err(conflict(format!(
+                "version {version} already exists with different content"
+            ))),
+        }
+    }
+
+    /// BatchDeleteTableVersions: removes the manifests of the versions in `ranges`
+    /// (`[start, end)`, an `end` of -1 meaning no end). The latest version and tagged
+    /// versions are refused, not skipped: removing them would roll the table back or break a
+    /// tag. Needs admin access (it removes history). Answers how many were removed.
+    pub async fn delete_table_versions(
+        &self,
+        ctx: &Ctx,
+        id: &[String],
+        branch: Option<&str>,
+        ranges: &[(i64, i64)],
+    ) -> Result<u64> {
+        let record = self.describe_table(ctx, id).await?;
+        self.may_change_table(ctx, id, Level::Admin, "deleting versions")?;
+        if ranges.is_empty() {
+            return Err(Error::invalid("ranges must name at least one range"));
+        }
+        for (start, end) in ranges {
+            if *start < 0 || (*end != -1 && end < start) {
+                return Err(Error::invalid(format!(
+                    "bad version range [{start}, {end})"
+                )));
+            }
+        }
+        let within = |v: u64| {
+            ranges
+                .iter()
+                .any(|(start, end)| v >= *start as u64 && (*end == -1 || v < *end as u64))
+        };
+        let dir = versions_dir(&record, branch)?;
+        let mut doomed = Vec::new();
+        let mut latest = None;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list(&dir, after.as_deref(), super::PAGE, true)
+                .await?;
+            for key in &page.keys {
+                if let Some(v) = version_of_file(&key[dir.len()..]) {
+                    latest = Some(latest.map_or(v, |l: u64| l.max(v)));
+                    if within(v) {
+                        doomed.push((v, key.clone()));
+                    }
+                }
+            }
+            if !page.more {
+                break;
+            }
+            after = page.keys.last().cloned();
+        }
+        if let Some(latest) = latest.filter(|l| within(*l)) {
+            return Err(Error::invalid(format!(
+                "version {latest} is the latest version and cannot be deleted"
+            )));
+        }
+        let tagged = self.tagged_versions(&record, branch).await?;
+        if let Some((tag, v)) = tagged.iter().find(|(_, v)| within(*v)) {
+            return Err(Error::invalid(format!(
+                "version {v} is tagged '{tag}': delete the tag first"
+            )));
+        }
+        for (_, key) in &doomed {
+            self.store.delete(key, Condition::None).await?;
+        }
+        Ok(doomed.len() as u64)
+    }
+
+    /// The tags (Lance's `_refs/tags/<name>.json`) that point into `branch`.
+    async fn tagged_versions(
+        &self,
+        record: &TableRecord,
+        branch: Option<&str>,
+    ) -> Result<Vec<(String, u64)>> {
+        #[derive(serde::Deserialize)]
+        struct Tag {
+            branch: Option<String>,
+            version: u64,
+        }
+        let branch = branch.filter(|b| !b.is_empty() && *b != "main");
+        let dir = format!("{}/_refs/tags/", record.data_key);
+        let mut tagged = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list(&dir, after.as_deref(), super::PAGE, true)
+                .await?;
+            for key in &page.keys {
+                let Some(name) = key[dir.len()..].strip_suffix(".json") else {
+                    continue;
+                };
+                let Some(obj) = self.store.get(key).await? else {
+                    continue;
+                };
+                let tag: Tag = serde_json::from_slice(&obj.body)
+                    .map_err(|e| Error::internal("a tag of the table could not be read", e))?;
+                let tag_branch = tag.branch.as_deref().filter(|b| *b != "main");
+                if tag_branch == branch {
+                    tagged.push((name.to_string(), tag.version));
+                }
+            }
+            if !page.more {
+                return Ok(tagged);
+            }
+            after = page.keys.last().cloned();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_names_round_trip_in_both_schemes() {
+        for v in [1u64, 2, 9, 10, 12345] {
+            assert_eq!(version_of_file(&NamingScheme::V1.file_name(v)), Some(v));
+            assert_eq!(version_of_file(&NamingScheme::V2.file_name(v)), Some(v));
+        }
+        assert_eq!(
+            NamingScheme::V2.file_name(1),
+            "18446744073709551614.manifest"
+        );
+    }
+
+    #[test]
+    fn staging_and_other_files_are_not_versions() {
+        for name in [
+            "18446744073709551614.manifest-4b515e97",
+            "1.txn",
+            ".manifest",
+            "x1.manifest",
+            "_latest.manifest",
+        ] {
+            assert_eq!(version_of_file(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn branch_names_cannot_leave_the_table() {
+        for bad in ["..", "a/../b", "a//b", "/a", "a%2f", ""] {
+            assert!(check_branch(bad).is_err(), "{bad}");
+        }
+        assert!(check_branch("feature/x").is_ok());
+    }
+
+    #[test]
+    fn naming_schemes_default_to_v2() {
+        assert_eq!(NamingScheme::parse(None).unwrap(), NamingScheme::V2);
+        assert_eq!(NamingScheme::parse(Some("v1")).unwrap(), NamingScheme::V1);
+        assert!(NamingScheme::parse(Some("V3")).is_err());
+    }
+}
