@@ -8,8 +8,8 @@ use arrow_buffer::Buffer;
 use arrow_ipc::reader::StreamDecoder;
 use arrow_ipc::writer::FileWriter;
 use arrow_schema::SchemaRef;
-use axum::body::Body;
-use bytes::Bytes;
+use axum::body::{Body, HttpBody};
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 
 use crate::error::{Error, Result};
@@ -34,10 +34,28 @@ impl Upload {
     }
 }
 
-/// Reads an Arrow IPC stream body of at most `cap` bytes, decoding it as it arrives (no
-/// copy of the whole body is made first). A body past the cap is refused with InvalidInput
-/// naming the limit; nothing has been written by then.
+/// Reads an Arrow IPC stream body of at most `cap` bytes. A body past the cap is refused
+/// with InvalidInput naming the limit (one that says so in its Content-Length, before it is
+/// read); nothing has been written by then.
+///
+/// A body of known length is gathered into one buffer of that size and decoded from it, so
+/// each batch's columns are slices of that buffer: one copy in all. Fed frame by frame, the
+/// decoder grows a buffer for each message as it arrives, copying and page-faulting it at
+/// every doubling (measured: a third of the time of a 25 MB upload). A chunked body, of
+/// unknown length, is still decoded frame by frame.
 pub async fn read_upload(body: Body, cap: usize) -> Result<Upload> {
+    let too_large = || {
+        Error::invalid(format!(
+            "the Arrow upload is larger than the limit of {cap} bytes (max-arrow-body-bytes)"
+        ))
+    };
+    let known = HttpBody::size_hint(&body)
+        .exact()
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    if known.is_some_and(|n| n > cap) {
+        return Err(too_large());
+    }
+    let mut whole = known.filter(|n| *n > 0).map(BytesMut::with_capacity);
     let mut frames = body.into_data_stream();
     let mut decoder = Decoder::new();
     let mut seen = 0usize;
@@ -47,11 +65,15 @@ pub async fn read_upload(body: Body, cap: usize) -> Result<Upload> {
         })?;
         seen += frame.len();
         if seen > cap {
-            return Err(Error::invalid(format!(
-                "the Arrow upload is larger than the limit of {cap} bytes (max-arrow-body-bytes)"
-            )));
+            return Err(too_large());
         }
-        decoder.push(frame)?;
+        match whole.as_mut() {
+            Some(whole) => whole.extend_from_slice(&frame),
+            None => decoder.push(frame)?,
+        }
+    }
+    if let Some(whole) = whole {
+        decoder.push(whole.freeze())?;
     }
     decoder.finish()
 }
