@@ -651,6 +651,7 @@ impl Config {
                 s.max_query_bytes,
                 defaults.max_query_bytes,
             )?,
+            build_wait: defaults.build_wait,
         };
         let data_threads = at_least_one(
             "data-threads",
@@ -658,6 +659,10 @@ impl Config {
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )?;
         let timeout = positive("request-timeout-secs", s.request_timeout_secs, 30)?;
+        let data_limits = crate::api::data::DataLimits {
+            build_wait: Duration::from_millis(timeout.saturating_mul(750)),
+            ..data_limits
+        };
         let grace = s.recovery_grace_secs.unwrap_or(120);
         if grace < 2 {
             return Err(bad("recovery-grace-secs", "must be at least 2"));

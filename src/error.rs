@@ -18,6 +18,7 @@ pub enum Code {
     TableIndexAlreadyExists = 7,
     TableTagNotFound = 8,
     TableTagAlreadyExists = 9,
+    TransactionNotFound = 10,
     TableVersionNotFound = 11,
     TableColumnNotFound = 12,
     InvalidInput = 13,
@@ -41,6 +42,7 @@ impl Code {
             | Code::TableNotFound
             | Code::TableIndexNotFound
             | Code::TableTagNotFound
+            | Code::TransactionNotFound
             | Code::TableVersionNotFound
             | Code::TableColumnNotFound
             | Code::TableBranchNotFound => 404,

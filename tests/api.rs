@@ -426,7 +426,7 @@ async fn wire_quirks_and_errors() {
     for (method, path) in [
         (Method::POST, "/v1/table/n1%24t/backfill_column"),
         (Method::POST, "/v1/table/n1%24t/refresh"),
-        (Method::POST, "/v1/transaction/x/describe"),
+        (Method::POST, "/v1/table/batch-commit"),
         (Method::GET, "/v1/nothing/here"),
         (Method::GET, "/v1/namespace/n1/create"),
         (Method::DELETE, "/v1/table"),
@@ -436,6 +436,9 @@ async fn wire_quirks_and_errors() {
             serde_json::from_str(&t).unwrap_or_else(|_| panic!("{method} {path}: not JSON: {t}"));
         assert_error(s, &b, 406, 0);
     }
+    // a transaction the gateway never started
+    let (s, b) = gw.post("/v1/transaction/x/describe", json!({})).await;
+    assert_error(s, &b, 404, 10);
     // trailing and doubled slashes are normalised
     let (s, _) = gw.get("//v1/namespace/%24/list/").await;
     assert_eq!(s, 200);

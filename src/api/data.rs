@@ -42,6 +42,9 @@ pub struct DataLimits {
     pub max_query_rows: usize,
     /// Largest result one query may return, in bytes of Arrow memory.
     pub max_query_bytes: usize,
+    /// How long an index build's request waits for it before answering its transaction id
+    /// and letting it go on (three quarters of the request timeout).
+    pub build_wait: std::time::Duration,
 }
 
 impl Default for DataLimits {
@@ -50,6 +53,7 @@ impl Default for DataLimits {
             max_arrow_body_bytes: 256 * 1024 * 1024,
             max_query_rows: 1_000_000,
             max_query_bytes: 256 * 1024 * 1024,
+            build_wait: std::time::Duration::from_secs(22),
         }
     }
 }
@@ -956,30 +960,59 @@ pub struct IndexBody {
     replace: Option<bool>,
 }
 
+/// Builds an index on the data runtime under a transaction (`transaction::supervised`):
+/// answers once it is committed, or with its transaction id if it takes longer than the
+/// request may wait.
 async fn build_index(
     state: AppState,
     ctx: Ctx,
     target: Target,
     body: IndexBody,
     scalar_only: bool,
-) -> Result<()> {
+) -> Result<String> {
     let mut req = body.req;
     if req.distance_type.is_none() {
         req.distance_type = body.metric_type;
     }
     let replace = body.replace.unwrap_or(true);
     target.check_body_id(req.id.as_ref())?;
-    let branch = req.branch.clone();
-    on_branch(
-        (&state, &ctx, &target),
-        (Level::Write, "indexing"),
-        branch.as_deref(),
-        move |ds| async move {
-            index::create(ds, &req, scalar_only, replace)
-                .await
-                .map(|_| ())
-        },
-    )
+    let record = tagged_table(&state, &ctx, &target, Level::Write, "indexing").await?;
+    let at = At::of(None, req.branch.as_deref())?;
+    // Lance's own default name, so the record names what the build makes.
+    let name = req
+        .name
+        .clone()
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| format!("{}_idx", req.column.trim()));
+    let (datasets, location) = (state.data.clone(), record.location.clone());
+    let work = state.data.runtime().start(async move {
+        let dataset = datasets.open(&location, &at).await?;
+        index::create(dataset, &req, scalar_only, replace)
+            .await
+            .map(|_| ())
+    });
+    super::transaction::supervised(&state, &target.id, ("create_index", &name), work).await
+}
+
+/// Whether the index a stopped gateway was building was committed: an index of that name
+/// made since the build started.
+pub(super) async fn index_committed(
+    state: &AppState,
+    ctx: &Ctx,
+    tx: crate::catalog::transactions::TransactionRecord,
+) -> Result<bool> {
+    let record = match state.catalog.describe_table(ctx, &tx.table).await {
+        Ok(record) => record,
+        Err(e) if e.code == Code::TableNotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if !has_rows(state, &record).await? {
+        return Ok(false);
+    }
+    let (name, since) = (tx.target, tx.started_at_ms as i64);
+    with_dataset(state, &record, At::default(), move |dataset| async move {
+        index::made_since(&dataset, &name, since).await
+    })
     .await
 }
 
@@ -989,8 +1022,11 @@ pub async fn create_index(
     target: Target,
     JsonBody(req): JsonBody<IndexBody>,
 ) -> Result<Json<CreateTableIndexResponse>> {
-    build_index(state, ctx, target, req, false).await?;
-    Ok(Json(CreateTableIndexResponse::default()))
+    let transaction = build_index(state, ctx, target, req, false).await?;
+    Ok(Json(CreateTableIndexResponse {
+        transaction_id: Some(transaction),
+        ..Default::default()
+    }))
 }
 
 pub async fn create_scalar_index(
@@ -999,8 +1035,13 @@ pub async fn create_scalar_index(
     target: Target,
     JsonBody(req): JsonBody<IndexBody>,
 ) -> Result<Json<lance_namespace::models::CreateTableScalarIndexResponse>> {
-    build_index(state, ctx, target, req, true).await?;
-    Ok(Json(Default::default()))
+    let transaction = build_index(state, ctx, target, req, true).await?;
+    Ok(Json(
+        lance_namespace::models::CreateTableScalarIndexResponse {
+            transaction_id: Some(transaction),
+            ..Default::default()
+        },
+    ))
 }
 
 #[derive(Deserialize, Default)]

@@ -7,6 +7,7 @@ pub mod extract;
 pub mod guard;
 pub mod namespace;
 pub mod table;
+pub mod transaction;
 pub mod version;
 
 use std::sync::Arc;
@@ -129,8 +130,8 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         )
         .route("/v1/table/version/batch-create", any(unsupported))
         .route("/v1/table/batch-commit", any(unsupported))
-        .route("/v1/transaction/{id}/describe", any(unsupported))
-        .route("/v1/transaction/{id}/alter", any(unsupported))
+        .route("/v1/transaction/{id}/describe", post(transaction::describe))
+        .route("/v1/transaction/{id}/alter", post(transaction::alter))
         .route("/v1/materialized_view/{id}/create", any(unsupported))
         .route("/v1/materialized_view/{id}/refresh", any(unsupported));
     for op in UNSERVED_TABLE_ROUTES {

@@ -169,6 +169,14 @@ impl Layout {
         rest.split('/').map(key_segment_decode).collect()
     }
 
+    pub fn transactions_prefix(cell: &str) -> String {
+        format!("{}transactions/", Self::catalog_dir(cell))
+    }
+
+    pub fn transaction_key(cell: &str, stem: &str) -> String {
+        format!("{}{stem}.json", Self::transactions_prefix(cell))
+    }
+
     pub fn drops_prefix(cell: &str) -> String {
         format!("{}drops/", Self::catalog_dir(cell))
     }

@@ -38,6 +38,7 @@ pub mod namespaces;
 pub mod records;
 pub mod recovery;
 pub mod tables;
+pub mod transactions;
 pub mod versions;
 
 use std::sync::Arc;

@@ -78,15 +78,21 @@ async fn sweep_once(catalog: &Catalog) -> Result<()> {
         ),
         Err(e) => tracing::warn!(error = %e, "could not remove temporary files"),
     }
-    if catalog.layout().endpoint_mode() {
-        let mut failed = None;
+    let cells = if catalog.layout().endpoint_mode() {
         let all = crate::access::Ctx::internal();
-        for bucket in catalog.list_catalog_buckets(&all, None, None).await?.items {
-            let cell = format!("{bucket}/");
-            note(&mut failed, &cell, settle_cell(catalog, &cell, false).await);
-        }
-        failed.map_or(Ok(()), Err)
+        let buckets = catalog.list_catalog_buckets(&all, None, None).await?.items;
+        buckets.into_iter().map(|b| format!("{b}/")).collect()
     } else {
-        settle_cell(catalog, "", false).await
+        vec![String::new()]
+    };
+    let mut failed = None;
+    for cell in &cells {
+        note(&mut failed, cell, settle_cell(catalog, cell, false).await);
+        match catalog.sweep_transactions(cell).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "removed the records of old transactions"),
+            Err(e) => note(&mut failed, cell, Err(e)),
+        }
     }
+    failed.map_or(Ok(()), Err)
 }

@@ -242,6 +242,17 @@ fn sq(req: &CreateTableIndexRequest) -> SQBuildParams {
     sq
 }
 
+/// Whether an index named `name` was committed at or after `since_ms` (unix ms); one whose
+/// time Lance did not record counts.
+pub async fn made_since(dataset: &Dataset, name: &str, since_ms: i64) -> Result<bool> {
+    let indices = dataset.load_indices().await.map_err(lance_error)?;
+    Ok(indices.iter().any(|i| {
+        i.name == name
+            && i.created_at
+                .is_none_or(|at| at.timestamp_millis() >= since_ms)
+    }))
+}
+
 /// Every index of the dataset, by name.
 pub async fn list(dataset: &Dataset) -> Result<Vec<IndexContent>> {
     let descriptions = dataset.describe_indices(None).await.map_err(lance_error)?;

@@ -96,6 +96,17 @@ impl DataRuntime {
         self.handle.spawn(work);
     }
 
+    /// Starts `work` on the data runtime; the handle answers its result, and aborting it
+    /// stops the work at its next await (a Lance write or index build that has not
+    /// committed then never does).
+    pub fn start<T, F>(&self, work: F) -> tokio::task::JoinHandle<Result<T>>
+    where
+        F: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.handle.spawn(work)
+    }
+
     /// The caller's own runtime (for tests and tools that serve no requests).
     pub fn current() -> Self {
         DataRuntime {

@@ -243,7 +243,8 @@ def grants_toml(rules: list[tuple[str, str, list[str], str]]) -> str:
 def keyed_gateway(request, prefix: str, extra_args: tuple[str, ...] = ()):
     """A gateway over the warehouse kind `request.param` (local or seaweedfs) with API keys
     and grants: `app` writes under `base`, `viewer` reads, `ops` administers everything,
-    `nobody` has a key and no grant. Yields {gw, keys, base, storage}."""
+    `nobody` has a key and no grant. Yields {gw, keys, base, storage, args, env} (the last two
+    start another gateway over the same warehouse)."""
     work = tempfile.mkdtemp(prefix=prefix)
     keys = {who: make_key(who) for who in ("app", "viewer", "ops", "nobody")}
     keys_file, grants_file = os.path.join(work, "keys"), os.path.join(work, "grants.toml")
@@ -260,13 +261,15 @@ def keyed_gateway(request, prefix: str, extra_args: tuple[str, ...] = ()):
         ("principal", "app", base, "write"),
         ("principal", "viewer", base, "read"),
     ]))
-    gw = start_gateway(args + ["--api-keys", keys_file, "--grants", grants_file, *extra_args], env)
+    args = args + ["--api-keys", keys_file, "--grants", grants_file, *extra_args]
+    gw = start_gateway(args, env)
     if base:
         import lance_namespace as ln
         ln.connect("rest", {"uri": gw.uri, "headers.x-api-key": keys["ops"][0]}).create_namespace(
             ln.CreateNamespaceRequest(id=base))
     try:
-        yield {"gw": gw, "keys": {k: v[0] for k, v in keys.items()}, "base": base, "storage": storage}
+        yield {"gw": gw, "keys": {k: v[0] for k, v in keys.items()}, "base": base, "storage": storage,
+               "args": args, "env": env}
     finally:
         code = gw.stop()
     assert code == 0, f"gateway did not shut down cleanly (exit {code})"

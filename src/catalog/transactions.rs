@@ -1,0 +1,538 @@
+//! Transactions (spec §2.8): the record of work that may outlive the request that started
+//! it. An index build that takes longer than its request may wait answers with a
+//! `transaction_id` and goes on; DescribeTransaction reports its status and
+//! AlterTransaction asks it to stop or labels it with properties.
+//!
+//! Each transaction is one object, `transactions/<id>.json` in the catalog folder of the
+//! table's cell, so any gateway serving the warehouse answers for it. Its owner writes
+//! `Running`, then refreshes `updated_at_ms` every quarter of the grace period and writes
+//! the outcome; every write is conditional on the ETag it read, so an alter and the owner
+//! never lose each other's changes. A `Running` record not refreshed for the grace period
+//! belongs to a gateway that stopped: readers report it as settled (`Failed`, unless the
+//! caller finds the work committed). The id starts with the creation time, so the sweep
+//! removes records older than `KEEP` by listing alone.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Catalog;
+use super::layout::{Layout, validate_bucket};
+use super::records::{FORMAT_VERSION, decode, encode, new_uid, now_ms};
+use crate::access::{Ctx, Level};
+use crate::error::{Code, Error, Result};
+use crate::store::{Condition, StoreError};
+
+/// How long a finished transaction stays describable.
+pub const KEEP: Duration = Duration::from_secs(24 * 3600);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxStatus {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl TxStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            TxStatus::Queued => "Queued",
+            TxStatus::Running => "Running",
+            TxStatus::Succeeded => "Succeeded",
+            TxStatus::Failed => "Failed",
+            TxStatus::Canceled => "Canceled",
+        }
+    }
+
+    pub fn finished(self) -> bool {
+        matches!(
+            self,
+            TxStatus::Succeeded | TxStatus::Failed | TxStatus::Canceled
+        )
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TransactionRecord {
+    pub format_version: u32,
+    pub id: String,
+    /// What runs: `create_index`.
+    pub op: String,
+    /// The table it runs on.
+    pub table: Vec<String>,
+    /// What it makes (the index name).
+    #[serde(default)]
+    pub target: String,
+    pub status: TxStatus,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// The gateway running it.
+    pub node: String,
+    pub started_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// Set by AlterTransaction; the owner stops the work and writes `Canceled`.
+    #[serde(default)]
+    pub cancel_requested: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A transaction as its owner holds it: the record and the ETag it was written at.
+pub struct Transaction {
+    key: String,
+    etag: String,
+    pub record: TransactionRecord,
+}
+
+/// One change of an AlterTransaction, as the spec's actions name them.
+#[derive(Clone, Debug)]
+pub enum TxAction {
+    SetStatus(String),
+    SetProperty {
+        key: String,
+        value: String,
+        mode: String,
+    },
+    UnsetProperty {
+        key: String,
+        mode: String,
+    },
+}
+
+/// `(cell, key)` of a transaction id: `<ms>-<uid>`, or `<ms>-<uid>@<bucket>` in endpoint
+/// mode. Anything else names no transaction.
+fn locate(layout: &Layout, id: &str) -> Result<(String, String)> {
+    let missing = || {
+        Error::new(
+            Code::TransactionNotFound,
+            format!("transaction '{id}' not found"),
+        )
+    };
+    let (stem, cell) = match id.split_once('@') {
+        Some((stem, bucket)) if layout.endpoint_mode() => {
+            validate_bucket(bucket).map_err(|_| missing())?;
+            (stem, format!("{bucket}/"))
+        }
+        None if !layout.endpoint_mode() => (id, String::new()),
+        _ => return Err(missing()),
+    };
+    let well_formed = stem.split_once('-').is_some_and(|(ms, uid)| {
+        ms.len() == 13
+            && ms.bytes().all(|b| b.is_ascii_digit())
+            && uid.len() == 32
+            && uid.bytes().all(|b| b.is_ascii_hexdigit())
+    });
+    if !well_formed {
+        return Err(missing());
+    }
+    Ok((cell.clone(), Layout::transaction_key(&cell, stem)))
+}
+
+impl Catalog {
+    /// Whether a `Running` record was left by a gateway that stopped.
+    pub fn abandoned(&self, record: &TransactionRecord) -> bool {
+        !record.status.finished() && self.stale(record.updated_at_ms)
+    }
+
+    /// How often an owner refreshes its transaction.
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_millis((self.grace_ms / 4).max(500))
+    }
+
+    /// Starts a transaction for `op` on table `table`, owned by this gateway.
+    pub async fn begin_transaction(
+        &self,
+        table: &[String],
+        op: &str,
+        target: &str,
+    ) -> Result<Transaction> {
+        let cell = self.layout.place(table)?.cell;
+        let now = now_ms();
+        let stem = format!("{now:013}-{}", new_uid());
+        let id = match cell.strip_suffix('/') {
+            Some(bucket) => format!("{stem}@{bucket}"),
+            None => stem.clone(),
+        };
+        let record = TransactionRecord {
+            format_version: FORMAT_VERSION,
+            id,
+            op: op.to_string(),
+            table: table.to_vec(),
+            target: target.to_string(),
+            status: TxStatus::Running,
+            properties: BTreeMap::new(),
+            node: self.node.clone(),
+            started_at_ms: now,
+            updated_at_ms: now,
+            cancel_requested: false,
+            error: None,
+        };
+        let key = Layout::transaction_key(&cell, &stem);
+        let etag = self
+            .store
+            .put(&key, encode(&record), Condition::IfAbsent)
+            .await?;
+        Ok(Transaction { key, etag, record })
+    }
+
+    /// Applies `change` to the owner's record and writes it, re-reading and re-applying when
+    /// someone else (an alter) wrote in between.
+    async fn rewrite(
+        &self,
+        tx: &mut Transaction,
+        change: impl Fn(&mut TransactionRecord),
+    ) -> Result<()> {
+        loop {
+            let mut record = tx.record.clone();
+            change(&mut record);
+            record.updated_at_ms = now_ms();
+            match self
+                .store
+                .put(
+                    &tx.key,
+                    encode(&record),
+                    Condition::IfMatch(tx.etag.clone()),
+                )
+                .await
+            {
+                Ok(etag) => {
+                    tx.etag = etag;
+                    tx.record = record;
+                    return Ok(());
+                }
+                Err(StoreError::PreconditionFailed) => {
+                    let obj =
+                        self.store.get(&tx.key).await?.ok_or_else(|| {
+                            Error::internal("a transaction record vanished", &tx.key)
+                        })?;
+                    tx.record = decode(&tx.key, &obj.body)?;
+                    tx.etag = obj.etag;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The owner's refresh; answers whether a cancel was asked for.
+    pub async fn refresh_transaction(&self, tx: &mut Transaction) -> Result<bool> {
+        self.rewrite(tx, |_| {}).await?;
+        Ok(tx.record.cancel_requested)
+    }
+
+    /// The owner's last write: the outcome.
+    pub async fn finish_transaction(
+        &self,
+        tx: &mut Transaction,
+        status: TxStatus,
+        error: Option<String>,
+    ) -> Result<()> {
+        self.rewrite(tx, |r| {
+            r.status = status;
+            r.error = error.clone();
+        })
+        .await
+    }
+
+    /// Reads a transaction the caller may see: one on a table it may read (any other is
+    /// reported missing, as a table it may not see would be).
+    pub async fn describe_transaction(&self, ctx: &Ctx, id: &str) -> Result<TransactionRecord> {
+        Ok(self.read_transaction(ctx, id, Level::Read).await?.0)
+    }
+
+    async fn read_transaction(
+        &self,
+        ctx: &Ctx,
+        id: &str,
+        needed: Level,
+    ) -> Result<(TransactionRecord, String, String)> {
+        let (_, key) = locate(&self.layout, id)?;
+        let missing = || {
+            Error::new(
+                Code::TransactionNotFound,
+                format!("transaction '{id}' not found"),
+            )
+        };
+        let obj = self.store.get(&key).await?.ok_or_else(missing)?;
+        let record: TransactionRecord = decode(&key, &obj.body)?;
+        let level = self.access(ctx, &record.table);
+        if level < Level::Read {
+            return Err(missing());
+        }
+        if level < needed {
+            return Err(Error::permission_denied(format!(
+                "altering transaction '{id}' needs {} access to table '{}'",
+                needed.name(),
+                self.show(&record.table)
+            )));
+        }
+        Ok((record, key, obj.etag))
+    }
+
+    /// Settles a record whose owner stopped, with the outcome the caller found.
+    pub async fn settle_transaction(
+        &self,
+        ctx: &Ctx,
+        id: &str,
+        status: TxStatus,
+        error: Option<String>,
+    ) -> Result<TransactionRecord> {
+        let (record, key, etag) = self.read_transaction(ctx, id, Level::Read).await?;
+        if !self.abandoned(&record) {
+            return Ok(record);
+        }
+        let mut tx = Transaction { key, etag, record };
+        self.rewrite(&mut tx, |r| {
+            if !r.status.finished() && self.stale(r.updated_at_ms) {
+                r.status = status;
+                r.error = error.clone();
+            }
+        })
+        .await?;
+        Ok(tx.record)
+    }
+
+    /// AlterTransaction: all actions or none. Setting the status may only ask a running
+    /// transaction to stop (`Canceled`): its owner stops the work and writes `Canceled`, so
+    /// the status reported stays the truth (work that committed before it saw the request
+    /// is `Succeeded`). Needs the access the work itself needed (write).
+    pub async fn alter_transaction(
+        &self,
+        ctx: &Ctx,
+        id: &str,
+        actions: &[TxAction],
+    ) -> Result<TransactionRecord> {
+        if actions.is_empty() {
+            return Err(Error::invalid("actions must hold at least one action"));
+        }
+        loop {
+            let (mut record, key, etag) = self.read_transaction(ctx, id, Level::Write).await?;
+            for action in actions {
+                apply(&mut record, action)?;
+            }
+            match self
+                .store
+                .put(&key, encode(&record), Condition::IfMatch(etag))
+                .await
+            {
+                Ok(_) => return Ok(record),
+                Err(StoreError::PreconditionFailed) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Removes the records of transactions in `cell` that finished (or were abandoned)
+    /// more than `KEEP` ago; answers how many.
+    pub(crate) async fn sweep_transactions(&self, cell: &str) -> Result<u64> {
+        let prefix = Layout::transactions_prefix(cell);
+        let horizon = now_ms().saturating_sub(KEEP.as_millis() as u64);
+        let mut removed = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list(&prefix, after.as_deref(), 1000, true)
+                .await?;
+            for key in &page.keys {
+                let started: u64 = key[prefix.len()..]
+                    .get(..13)
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or(0);
+                if started > horizon {
+                    // Keys sort by creation time: the rest are younger.
+                    return Ok(removed);
+                }
+                let Some(obj) = self.store.get(key).await? else {
+                    continue;
+                };
+                let record: TransactionRecord = decode(key, &obj.body)?;
+                let done = record.status.finished() || self.abandoned(&record);
+                if done && record.updated_at_ms <= horizon {
+                    match self.store.delete(key, Condition::IfMatch(obj.etag)).await {
+                        Ok(()) => removed += 1,
+                        Err(StoreError::PreconditionFailed) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            if !page.more {
+                return Ok(removed);
+            }
+            after = page.keys.last().cloned();
+        }
+    }
+}
+
+fn apply(record: &mut TransactionRecord, action: &TxAction) -> Result<()> {
+    match action {
+        TxAction::SetStatus(status) => {
+            if !status.eq_ignore_ascii_case("canceled") && !status.eq_ignore_ascii_case("cancelled")
+            {
+                return Err(Error::invalid(format!(
+                    "status '{status}' cannot be set: a transaction may only be asked to stop (Canceled)"
+                )));
+            }
+            if record.status.finished() {
+                return Err(Error::new(
+                    Code::ConcurrentModification,
+                    format!(
+                        "transaction '{}' already finished ({})",
+                        record.id,
+                        record.status.name()
+                    ),
+                ));
+            }
+            record.cancel_requested = true;
+        }
+        TxAction::SetProperty { key, value, mode } => {
+            let exists = record.properties.contains_key(key);
+            match mode.to_ascii_lowercase().as_str() {
+                "" | "overwrite" => {
+                    record.properties.insert(key.clone(), value.clone());
+                }
+                "skip" => {
+                    if !exists {
+                        record.properties.insert(key.clone(), value.clone());
+                    }
+                }
+                "fail" => {
+                    if exists {
+                        return Err(Error::new(
+                            Code::ConcurrentModification,
+                            format!("property '{key}' is already set"),
+                        ));
+                    }
+                    record.properties.insert(key.clone(), value.clone());
+                }
+                other => {
+                    return Err(Error::invalid(format!(
+                        "unknown mode '{other}' for setPropertyAction: use Overwrite, Fail or Skip"
+                    )));
+                }
+            }
+        }
+        TxAction::UnsetProperty { key, mode } => {
+            let existed = record.properties.remove(key).is_some();
+            match mode.to_ascii_lowercase().as_str() {
+                "" | "skip" => {}
+                "fail" if !existed => {
+                    return Err(Error::new(
+                        Code::ConcurrentModification,
+                        format!("property '{key}' is not set"),
+                    ));
+                }
+                "fail" => {}
+                other => {
+                    return Err(Error::invalid(format!(
+                        "unknown mode '{other}' for unsetPropertyAction: use Skip or Fail"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> TransactionRecord {
+        TransactionRecord {
+            format_version: FORMAT_VERSION,
+            id: "t".into(),
+            op: "create_index".into(),
+            table: vec!["a".into()],
+            target: "i".into(),
+            status: TxStatus::Running,
+            properties: BTreeMap::new(),
+            node: "n".into(),
+            started_at_ms: 0,
+            updated_at_ms: 0,
+            cancel_requested: false,
+            error: None,
+        }
+    }
+
+    fn set(key: &str, value: &str, mode: &str) -> TxAction {
+        TxAction::SetProperty {
+            key: key.into(),
+            value: value.into(),
+            mode: mode.into(),
+        }
+    }
+
+    #[test]
+    fn property_modes_do_what_they_say() {
+        let mut r = record();
+        apply(&mut r, &set("k", "1", "Overwrite")).unwrap();
+        apply(&mut r, &set("k", "2", "Skip")).unwrap();
+        assert_eq!(r.properties["k"], "1");
+        assert_eq!(
+            apply(&mut r, &set("k", "3", "Fail")).unwrap_err().code,
+            Code::ConcurrentModification
+        );
+        apply(&mut r, &set("k", "4", "")).unwrap();
+        assert_eq!(r.properties["k"], "4");
+        let unset = |mode: &str| TxAction::UnsetProperty {
+            key: "k".into(),
+            mode: mode.into(),
+        };
+        apply(&mut r, &unset("Fail")).unwrap();
+        apply(&mut r, &unset("Skip")).unwrap();
+        assert!(apply(&mut r, &unset("Fail")).is_err());
+        assert_eq!(
+            apply(&mut r, &set("k", "1", "Sometimes")).unwrap_err().code,
+            Code::InvalidInput
+        );
+    }
+
+    #[test]
+    fn only_a_stop_may_be_asked_and_only_of_running_work() {
+        let mut r = record();
+        assert_eq!(
+            apply(&mut r, &TxAction::SetStatus("Succeeded".into()))
+                .unwrap_err()
+                .code,
+            Code::InvalidInput
+        );
+        apply(&mut r, &TxAction::SetStatus("Canceled".into())).unwrap();
+        assert!(r.cancel_requested && r.status == TxStatus::Running);
+        r.status = TxStatus::Succeeded;
+        assert_eq!(
+            apply(&mut r, &TxAction::SetStatus("Canceled".into()))
+                .unwrap_err()
+                .code,
+            Code::ConcurrentModification
+        );
+    }
+
+    #[test]
+    fn ids_name_their_cell_and_nothing_else() {
+        let plain = Layout::new(super::super::layout::Warehouse::Local("/w".into()));
+        let id = format!("{:013}-{}", 1, "a".repeat(32));
+        let (cell, key) = locate(&plain, &id).unwrap();
+        assert_eq!(cell, "");
+        assert!(key.ends_with(&format!("transactions/{id}.json")));
+        for bad in [
+            "",
+            "x",
+            "../x",
+            &format!("{id}@b"),
+            &format!("{:013}-{}", 1, "g".repeat(32)),
+        ] {
+            assert_eq!(
+                locate(&plain, bad).unwrap_err().code,
+                Code::TransactionNotFound,
+                "{bad}"
+            );
+        }
+        let endpoint = Layout::new(super::super::layout::Warehouse::S3Endpoint);
+        let (cell, _) = locate(&endpoint, &format!("{id}@bucket-1")).unwrap();
+        assert_eq!(cell, "bucket-1/");
+        assert!(locate(&endpoint, &id).is_err());
+    }
+}
