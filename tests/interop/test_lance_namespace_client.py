@@ -158,8 +158,11 @@ def test_unsupported_operations_are_classified(ns, warehouse):
     top = warehouse.id(unique("un"))
     ns.create_namespace(ln.CreateNamespaceRequest(id=top))
     ns.declare_table(ln.DeclareTableRequest(id=top + ["t"]))
-    # The operations of other products (and the transaction protocol) stay Unsupported.
+    # Atomic commits across tables stay Unsupported.
     with pytest.raises(errors.UnsupportedOperationError):
+        ns.batch_commit_tables(ln.BatchCommitTablesRequest(operations=[]))
+    # A transaction the gateway never started is not found (index builds start them).
+    with pytest.raises(errors.TransactionNotFoundError):
         ns.describe_transaction(ln.DescribeTransactionRequest(id=["txn-1"]))
     # A declared table holds no rows yet: counting them is served.
     assert ns.count_table_rows(ln.CountTableRowsRequest(id=top + ["t"])).count == 0

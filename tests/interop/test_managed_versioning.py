@@ -100,6 +100,13 @@ class Objects:
         return sorted(os.listdir("/" + prefix))
 
 
+def ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
 def final_name(version: int) -> str:
     return f"{U64_MAX - version:020}.manifest"
 
@@ -308,3 +315,39 @@ def test_deleting_versions(managed):
     fresh = lance.dataset(namespace_client=ns, table_id=tid)
     assert fresh.version == 5 and fresh.count_rows() == 25
     assert fresh.checkout_version("keep").count_rows() == 10
+
+
+def test_gateway_writes_and_managed_commits_interleave(managed):
+    """The gateway's own data operations commit beside managed clients: each sees the
+    other's versions, and the numbers run on without a gap."""
+    ns = namespace(managed, "app")
+    tid = table_id(managed, "mix")
+    created = ns.create_table(ln.CreateTableRequest(id=tid), ipc(data(10)))
+    assert created.version == 1
+    ds = lance.write_dataset(data(10, start=10), namespace_client=ns, table_id=tid, mode="append")
+    assert ds.version == 2
+    inserted = ns.insert_into_table(ln.InsertIntoTableRequest(id=tid), ipc(data(10, start=20)))
+    assert inserted.version == 3
+    ds = lance.dataset(namespace_client=ns, table_id=tid)
+    assert ds.version == 3 and ds.count_rows() == 30
+    ds.delete("id >= 25")
+    assert ds.version == 4
+    assert ns.count_table_rows(ln.CountTableRowsRequest(id=tid)).count == 25
+
+
+def test_a_branch_commits_through_the_gateway(managed):
+    ns = namespace(managed, "app")
+    tid = table_id(managed, "br")
+    ds = lance.write_dataset(data(10), namespace_client=ns, table_id=tid, mode="create")
+    lance.write_dataset(data(10, start=10), namespace_client=ns, table_id=tid, mode="append")
+    ds = lance.dataset(namespace_client=ns, table_id=tid)
+    branch = ds.create_branch("exp", 2)
+    branch.insert(data(5, start=100))
+    assert branch.count_rows() == 25
+    main = lance.dataset(namespace_client=ns, table_id=tid)
+    assert main.count_rows() == 20 and main.version == 2
+    again = lance.dataset(namespace_client=ns, table_id=tid).checkout_version(("exp", None))
+    assert again.count_rows() == 25
+    listed = ns.list_table_versions(ln.ListTableVersionsRequest(id=tid, branch="exp", descending=True, limit=1))
+    assert listed.versions[0].version == branch.version
+    assert "/tree/exp/_versions/" in listed.versions[0].manifest_path
