@@ -662,15 +662,16 @@ pub async fn list_versions(
     QueryOf(q): QueryOf<VersionListQuery>,
 ) -> Result<Json<ListTableVersionsResponse>> {
     let record = table(&state, &ctx, &target, Level::Read, "listing versions").await?;
-    if !has_rows(&state, &record).await? {
-        return Ok(Json(ListTableVersionsResponse::default()));
-    }
     let at = At::of(None, q.branch.as_deref())?;
     let descending = q.descending.unwrap_or(false);
-    let (versions, next) = with_dataset(&state, &record, at, move |dataset| async move {
-        refs::list_versions(&dataset, descending, q.page_token.as_deref(), q.limit).await
-    })
-    .await?;
+    // A table that holds no data yet has no versions (found by opening it, not by a listing
+    // of its own: this is the read managed clients make before every commit).
+    let (versions, next) = or_empty(
+        with_dataset(&state, &record, at, move |dataset| async move {
+            refs::list_versions(&dataset, descending, q.page_token.as_deref(), q.limit).await
+        })
+        .await,
+    )?;
     Ok(Json(ListTableVersionsResponse {
         versions,
         page_token: next,

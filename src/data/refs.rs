@@ -51,16 +51,32 @@ fn table_version(dataset: &Dataset, v: &lance::dataset::Version) -> TableVersion
 }
 
 /// One page of the dataset's versions, oldest first unless `descending`. The page token is
-/// the last version of the page before.
+/// the last version of the page before. The versions are listed without reading their
+/// manifests, and only the page's are read (none for the newest, which `dataset` holds): Lance
+/// and LanceDB ask for the newest version before every commit of a managed table, and with
+/// `read_consistency_interval=0` before every read.
 pub async fn list_versions(
     dataset: &Dataset,
     descending: bool,
     after: Option<&str>,
     limit: Option<usize>,
 ) -> Result<(Vec<TableVersion>, Option<String>)> {
-    let mut versions = dataset.versions().await.map_err(lance_error)?;
+    if descending && after.is_none_or(str::is_empty) && limit == Some(1) {
+        // The newest version: the one `dataset` was just brought up to. Whether older ones
+        // are left is not listed; the token may lead to an empty last page.
+        let newest = dataset.version();
+        let next = (newest.version > 1).then(|| newest.version.to_string());
+        return Ok((vec![table_version(dataset, &newest)], next));
+    }
+    let mut numbers: Vec<u64> = dataset
+        .version_refs()
+        .await
+        .map_err(lance_error)?
+        .into_iter()
+        .map(|r| r.version)
+        .collect();
     if descending {
-        versions.reverse();
+        numbers.reverse();
     }
     let after = match after.filter(|t| !t.is_empty()) {
         Some(token) => Some(
@@ -70,23 +86,36 @@ pub async fn list_versions(
         ),
         None => None,
     };
-    let rest = versions.into_iter().filter(|v| match after {
+    let rest = numbers.into_iter().filter(|v| match after {
         None => true,
-        Some(a) if descending => v.version < a,
-        Some(a) => v.version > a,
+        Some(a) if descending => *v < a,
+        Some(a) => *v > a,
     });
     let limit = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-    let mut page: Vec<_> = rest.take(limit.saturating_add(1)).collect();
+    let mut page: Vec<u64> = rest.take(limit.saturating_add(1)).collect();
     let next = if page.len() > limit {
         page.truncate(limit);
-        page.last().map(|v| v.version.to_string())
+        page.last().map(u64::to_string)
     } else {
         None
     };
-    Ok((
-        page.iter().map(|v| table_version(dataset, v)).collect(),
-        next,
-    ))
+    let mut versions = Vec::with_capacity(page.len());
+    for number in page {
+        let version = if number == dataset.version().version {
+            dataset.version()
+        } else {
+            match dataset.checkout_version(number).await {
+                Ok(at) => at.version(),
+                // Removed since the listing (a cleanup): not a version any more.
+                Err(lance::Error::NotFound { .. } | lance::Error::DatasetNotFound { .. }) => {
+                    continue;
+                }
+                Err(e) => return Err(lance_error(e)),
+            }
+        };
+        versions.push(table_version(dataset, &version));
+    }
+    Ok((versions, next))
 }
 
 /// DescribeTableVersion: `dataset` already checked out at the version asked for.
