@@ -181,30 +181,39 @@ def main():
             shutil.rmtree(root, ignore_errors=True)
 
 
-def run_all(args, gateway_bin, wrk, rows, roots):
-    names = ["lance-gateway", "lance-gateway (fs_sync off)", "reference RestAdapter(dir)"]
-    # Two rounds in opposite orders, averaged: a drift in the machine's state during the run
-    # (other load, the file system settling) then weighs on every server alike.
+def alternate(names, roots, prefix, argv_of, bench):
+    """Runs `bench(server)` on each named server twice, the rounds in opposite orders, each
+    on a fresh warehouse (added to `roots`); answers each server's mean figures. A drift in
+    the machine's state during the run (other load, the file system settling) then weighs on
+    every server alike. `argv_of(name, root, port)` is the server's command line."""
     runs = {name: [] for name in names}
     for round_names in (names, names[::-1]):
         for name in round_names:
-            root = tempfile.mkdtemp(prefix="bench-wh-")
+            root = tempfile.mkdtemp(prefix=prefix)
             roots.append(root)
             port = free_port()
-            if name.startswith("lance-gateway"):
-                sync = "false" if "off" in name else "true"
-                argv = [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root, "--fs-sync", sync]
-                os.environ["RUST_LOG"] = "warn"
-            else:
-                argv = [sys.executable, "-c", REFERENCE_SERVER, root, str(port)]
-            server = Server(name, argv, port)
+            server = Server(name, argv_of(name, root, port), port)
             try:
                 print(f"running {name} ...", file=sys.stderr, flush=True)
-                runs[name].append(bench_server(server, args.tables, args.seconds, wrk))
+                runs[name].append(bench(server))
             finally:
                 server.stop()
-    for name, results in runs.items():
-        rows[name] = {m: sum(r[m] for r in results) / len(results) for m in results[0]}
+    return {name: {m: sum(r[m] for r in results) / len(results) for m in results[0]}
+            for name, results in runs.items()}
+
+
+def run_all(args, gateway_bin, wrk, rows, roots):
+    names = ["lance-gateway", "lance-gateway (fs_sync off)", "reference RestAdapter(dir)"]
+
+    def argv_of(name, root, port):
+        if name.startswith("lance-gateway"):
+            sync = "false" if "off" in name else "true"
+            os.environ["RUST_LOG"] = "warn"
+            return [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root, "--fs-sync", sync]
+        return [sys.executable, "-c", REFERENCE_SERVER, root, str(port)]
+
+    rows.update(alternate(names, roots, "bench-wh-", argv_of,
+                          lambda server: bench_server(server, args.tables, args.seconds, wrk)))
 
     # lance-gateway alone at the RSS target's size
     root = tempfile.mkdtemp(prefix="bench-rss-")

@@ -30,7 +30,7 @@ from lance.namespace import RestNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from metadata import Server, enc, free_port, parse_latency  # noqa: E402
+from metadata import alternate, enc, parse_latency  # noqa: E402
 
 REFERENCE_SERVER = """
 import sys, time, lance.namespace as lns
@@ -92,30 +92,22 @@ def main():
         sys.exit("wrk not found: run bench/run (it installs wrk)")
     gateway_bin = args.gateway or os.path.expanduser("~/.cache/lance-gateway/target/release/lance-gateway")
     names = ["lance-gateway", "reference RestAdapter(dir)"]
-    runs = {name: [] for name in names}
+
+    def argv_of(name, root, port):
+        if name == "lance-gateway":
+            os.environ["RUST_LOG"] = "warn"
+            return [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root,
+                    "--managed-versioning", "true"]
+        return [sys.executable, "-c", REFERENCE_SERVER, root, str(port)]
+
     roots = []
     try:
-        for round_names in (names, names[::-1]):
-            for name in round_names:
-                root = tempfile.mkdtemp(prefix="bench-versions-")
-                roots.append(root)
-                port = free_port()
-                if name == "lance-gateway":
-                    os.environ["RUST_LOG"] = "warn"
-                    argv = [gateway_bin, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root,
-                            "--managed-versioning", "true"]
-                else:
-                    argv = [sys.executable, "-c", REFERENCE_SERVER, root, str(port)]
-                server = Server(name, argv, port)
-                try:
-                    print(f"running {name} ...", file=sys.stderr, flush=True)
-                    runs[name].append(bench_server(server, args.commits, args.seconds, wrk))
-                finally:
-                    server.stop()
+        means = alternate(names, roots, "bench-versions-", argv_of,
+                          lambda server: bench_server(server, args.commits, args.seconds, wrk))
     finally:
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
-    gw, ref = ({m: sum(r[m] for r in runs[n]) / len(runs[n]) for m in runs[n][0]} for n in names)
+    gw, ref = means[names[0]], means[names[1]]
     print(f"\nManaged versioning, local-directory warehouse, {args.commits} pylance appends, "
           f"wrk -t2 -c16 -d{args.seconds}s, mean of two rounds")
     print(f"{'metric':28} {'gateway':>10} {'reference':>10} {'ratio':>7}")

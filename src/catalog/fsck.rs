@@ -87,23 +87,6 @@ impl Report {
 const NOTES: &[&str] = &["void-mark", "orphan-data"];
 const RESTORED: &str = "; repair makes it again, with no properties";
 
-/// All keys under `prefix`, in order.
-async fn list_all(cat: &Catalog, prefix: &str, shallow: bool) -> Result<Vec<String>> {
-    let mut keys = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = cat
-            .store
-            .list(prefix, after.as_deref(), 1000, shallow)
-            .await?;
-        keys.extend(page.keys.iter().cloned());
-        after = page.keys.last().cloned();
-        if !page.more || after.is_none() {
-            return Ok(keys);
-        }
-    }
-}
-
 /// The id below its cell of a record key `<prefix><seg>/.../<seg>.json`.
 fn rel_id(prefix: &str, key: &str) -> Option<Vec<String>> {
     key.strip_prefix(prefix)?
@@ -255,7 +238,7 @@ impl Cell<'_> {
 
         // 1. What may turn out to be orphans, listed first (see the module's docs).
         let claims_prefix = format!("{dir}locations/");
-        let claim_keys = list_all(cat, &claims_prefix, false).await?;
+        let claim_keys = cat.all_keys(&claims_prefix, false).await?;
         let datasets = self.datasets().await?;
         self.report.claims += claim_keys.len();
         self.report.datasets += datasets.len();
@@ -271,7 +254,7 @@ impl Cell<'_> {
             .filter_map(|id| id.get(self.base.len()..).map(<[String]>::to_vec))
             .collect();
         let mut seen = 0;
-        for key in list_all(cat, &ns_prefix, false).await? {
+        for key in cat.all_keys(&ns_prefix, false).await? {
             let Some(rel) = rel_id(&ns_prefix, &key) else {
                 self.find(
                     "misplaced-record",
@@ -332,7 +315,7 @@ impl Cell<'_> {
         // 4. Tables.
         let tables_prefix = Layout::all_tables_prefix(&self.cell);
         let mut tables: Vec<TableRecord> = Vec::new();
-        for key in list_all(cat, &tables_prefix, false).await? {
+        for key in cat.all_keys(&tables_prefix, false).await? {
             let record = match cat.read::<TableRecord>(&key).await {
                 Ok(Some((record, _))) => record,
                 Ok(None) => continue,
@@ -475,7 +458,7 @@ impl Cell<'_> {
             (Layout::all_pending_prefix(&self.cell), false),
             (drops.clone(), true),
         ] {
-            for key in list_all(cat, &prefix, shallow).await? {
+            for key in cat.all_keys(&prefix, shallow).await? {
                 let obj = match cat.store.get(&key).await {
                     Ok(Some(obj)) => obj,
                     Ok(None) => continue,
@@ -772,7 +755,7 @@ impl Cell<'_> {
     async fn datasets(&self) -> Result<Vec<String>> {
         let dir = Layout::catalog_dir(&self.cell);
         let mut found: Vec<String> = Vec::new();
-        for key in list_all(self.cat, &self.cell, false).await? {
+        for key in self.cat.all_keys(&self.cell, false).await? {
             if key.starts_with(&dir) {
                 continue;
             }

@@ -223,6 +223,24 @@ impl Catalog {
         self.managed_versioning
     }
 
+    /// Every key under `prefix`, in order, read a page at a time (`shallow`: direct
+    /// children only, see `Store::list`).
+    pub(crate) async fn all_keys(&self, prefix: &str, shallow: bool) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list(prefix, after.as_deref(), PAGE, shallow)
+                .await?;
+            keys.extend(page.keys.iter().cloned());
+            after = page.keys.last().cloned();
+            if !page.more || after.is_none() {
+                return Ok(keys);
+            }
+        }
+    }
+
     pub fn layout(&self) -> &Layout {
         &self.layout
     }

@@ -299,24 +299,13 @@ impl Catalog {
         let dir = versions_dir(&record, branch)?;
         let mut doomed = Vec::new();
         let mut latest = None;
-        let mut after: Option<String> = None;
-        loop {
-            let page = self
-                .store
-                .list(&dir, after.as_deref(), super::PAGE, true)
-                .await?;
-            for key in &page.keys {
-                if let Some(v) = version_of_file(&key[dir.len()..]) {
-                    latest = Some(latest.map_or(v, |l: u64| l.max(v)));
-                    if within(v) {
-                        doomed.push((v, key.clone()));
-                    }
+        for key in self.all_keys(&dir, true).await? {
+            if let Some(v) = version_of_file(&key[dir.len()..]) {
+                latest = Some(latest.map_or(v, |l: u64| l.max(v)));
+                if within(v) {
+                    doomed.push((v, key));
                 }
             }
-            if !page.more {
-                break;
-            }
-            after = page.keys.last().cloned();
         }
         if let Some(latest) = latest.filter(|l| within(*l)) {
             return Err(Error::invalid(format!(
@@ -349,31 +338,21 @@ impl Catalog {
         let branch = branch.filter(|b| !b.is_empty() && *b != "main");
         let dir = format!("{}/_refs/tags/", record.data_key);
         let mut tagged = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self
-                .store
-                .list(&dir, after.as_deref(), super::PAGE, true)
-                .await?;
-            for key in &page.keys {
-                let Some(name) = key[dir.len()..].strip_suffix(".json") else {
-                    continue;
-                };
-                let Some(obj) = self.store.get(key).await? else {
-                    continue;
-                };
-                let tag: Tag = serde_json::from_slice(&obj.body)
-                    .map_err(|e| Error::internal("a tag of the table could not be read", e))?;
-                let tag_branch = tag.branch.as_deref().filter(|b| *b != "main");
-                if tag_branch == branch {
-                    tagged.push((name.to_string(), tag.version));
-                }
+        for key in self.all_keys(&dir, true).await? {
+            let Some(name) = key[dir.len()..].strip_suffix(".json") else {
+                continue;
+            };
+            let Some(obj) = self.store.get(&key).await? else {
+                continue;
+            };
+            let tag: Tag = serde_json::from_slice(&obj.body)
+                .map_err(|e| Error::internal("a tag of the table could not be read", e))?;
+            let tag_branch = tag.branch.as_deref().filter(|b| *b != "main");
+            if tag_branch == branch {
+                tagged.push((name.to_string(), tag.version));
             }
-            if !page.more {
-                return Ok(tagged);
-            }
-            after = page.keys.last().cloned();
         }
+        Ok(tagged)
     }
 }
 

@@ -11,7 +11,6 @@ import boto3
 import lance
 import lancedb
 import lance_namespace as ln
-import numpy as np
 import pyarrow as pa
 import pytest
 from lance.namespace import RestNamespace
@@ -19,19 +18,9 @@ from lancedb.index import IvfPq
 
 from conftest import unique
 from security import call, enc, keyed_gateway
+from test_lancedb_remote import data
 
-DIM = 8
 U64_MAX = 2**64 - 1
-
-
-def data(n: int, start: int = 0, seed: int = 0) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    ids = list(range(start, start + n))
-    return pa.table({
-        "id": pa.array(ids, pa.int64()),
-        "text": [f"item {i} {'cats' if i % 2 else 'dogs'}" for i in ids],
-        "vector": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * DIM, dtype=np.float32)), DIM),
-    })
 
 
 @pytest.fixture(scope="module", params=["local", "seaweedfs"])
