@@ -293,13 +293,17 @@ pub async fn insert(
         }
     };
     let record = table(&state, &ctx, &target, Level::Write, "inserting").await?;
-    let upload = ipc::read_upload(body, state.data_limits.max_arrow_body_bytes).await?;
     let at = At::of(None, q.branch.as_deref())?;
+    let (upload, feed) = ipc::stream_upload(body, state.data_limits.max_arrow_body_bytes).await?;
     let location = record.location.clone();
-    let written = on_data(&state, move |datasets| async move {
+    let write = on_data(&state, move |datasets| async move {
         write::insert(&datasets, &location, &at, upload, overwrite).await
-    })
-    .await?;
+    });
+    // The upload is written as it arrives; when it breaks off or is not a whole Arrow
+    // stream, the write commits nothing and the upload's fault is the answer.
+    let (written, fed) = tokio::join!(write, feed.run());
+    fed?;
+    let written = written?;
     Ok(Json(InsertIntoTableResponse {
         num_inserted_rows: Some(written.inserted as i64),
         version: Some(written.version as i64),

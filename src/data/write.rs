@@ -11,7 +11,7 @@ use lance::dataset::{
     WhenNotMatchedBySource, WriteDestination, WriteMode, WriteParams,
 };
 
-use super::ipc::Upload;
+use super::ipc::{Arriving, Rows, Upload};
 use super::{At, LanceDatasets, lance_error};
 use crate::error::{Code, Error, Result};
 
@@ -42,46 +42,50 @@ pub async fn create(
         session: Some(datasets.session()),
         ..Default::default()
     };
-    write_into(location, &params, upload).await
+    write_into(location, &params, upload.into()).await
 }
 
 /// Writes `upload` to `dest` as one commit; answers the version made and the rows written.
 async fn write_into<'a>(
     dest: impl Into<WriteDestination<'a>>,
     params: &WriteParams,
-    upload: Upload,
+    rows: Rows,
 ) -> Result<Written> {
-    let rows = upload.rows() as u64;
+    let count = rows.count.clone();
     let dataset = InsertBuilder::new(dest)
         .with_params(params)
-        .execute_stream(upload.reader())
+        .execute_stream(rows.stream)
         .await
         .map_err(lance_error)?;
     Ok(Written {
         version: dataset.version().version,
-        inserted: rows,
+        inserted: count.load(std::sync::atomic::Ordering::Relaxed),
         ..Default::default()
     })
 }
 
 /// Appends `upload` to (or, with `overwrite`, replaces the rows of) the dataset at
-/// `location`; a table that holds no data yet is created by it.
+/// `location`, writing its batches as they arrive; a table that holds no data yet is created
+/// by it (from the whole upload, so that a rival's first write can be followed).
 pub async fn insert(
     datasets: &LanceDatasets,
     location: &str,
     at: &At,
-    upload: Upload,
+    upload: Arriving,
     overwrite: bool,
 ) -> Result<Written> {
-    let dataset = match open_or_first(datasets, location, at).await? {
-        Some(dataset) => Arc::new(dataset),
-        None => match create(datasets, location, upload.clone(), false).await {
-            // A rival's first write got there first: append after it.
-            Err(e) if e.code == Code::TableAlreadyExists => {
-                Arc::new(datasets.open(location, at).await?)
+    let (dataset, rows): (_, Rows) = match open_or_first(datasets, location, at).await? {
+        Some(dataset) => (Arc::new(dataset), upload.into()),
+        None => {
+            let whole = upload.gather().await?;
+            match create(datasets, location, whole.clone(), false).await {
+                // A rival's first write got there first: append after it.
+                Err(e) if e.code == Code::TableAlreadyExists => {
+                    (Arc::new(datasets.open(location, at).await?), whole.into())
+                }
+                done => return done,
             }
-            done => return done,
-        },
+        }
     };
     let params = WriteParams {
         mode: if overwrite {
@@ -92,7 +96,7 @@ pub async fn insert(
         session: Some(datasets.session()),
         ..Default::default()
     };
-    write_into(dataset, &params, upload).await
+    write_into(dataset, &params, rows).await
 }
 
 /// The table's dataset, or None when the table holds no data yet (then the write creates

@@ -4,10 +4,13 @@ checked against the same operation run by pylance directly on a dataset (same ro
 version numbers), on the local warehouse and on SeaweedFS. Bad input gets the spec's codes
 and changes nothing."""
 
+import http.client
 import io
 import json
 import tempfile
 import threading
+import time
+import urllib.parse
 
 import lance
 import lance_namespace as ln
@@ -23,10 +26,10 @@ from security import call, enc
 DIM = 16
 
 
-def ipc_stream(table: pa.Table) -> bytes:
+def ipc_stream(table: pa.Table, batch_rows: int | None = None) -> bytes:
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
+        writer.write_table(table, max_chunksize=batch_rows)
     return sink.getvalue()
 
 
@@ -430,6 +433,11 @@ def test_limits_name_themselves(warehouse):
         tid, created = make_table(ns, warehouse, "lim", rows(20))
         status, got, _ = arrow_call(gw.uri, f"/v1/table/{enc(tid)}/insert", ipc_stream(rows(400)))
         assert (status, got["code"]) == (400, 13) and "16384" in got["error"], got
+        # without a Content-Length, in batches: refused on reaching the cap, after some
+        # batches were already handed to the writer, and nothing is committed
+        status, got = chunked_upload(gw.uri, f"/v1/table/{enc(tid)}/insert", ipc_stream(rows(400), batch_rows=10))
+        assert (status, got["code"]) == (400, 13) and "16384" in got["error"], got
+        assert open_direct(warehouse, created.location).version == 1
         ns.insert_into_table(m.InsertIntoTableRequest(id=tid), ipc_stream(rows(10, start=20)))
         status, got, _ = call(gw.uri, "POST", f"/v1/table/{enc(tid)}/query", {"k": 1000, "vector": {}})
         assert (status, got["code"]) == (400, 13) and "max-query-rows" in got["error"], got
@@ -443,6 +451,57 @@ def test_limits_name_themselves(warehouse):
         assert open_direct(warehouse, created.location).count_rows() == 120
     finally:
         assert gw.stop() == 0
+
+
+def chunked_upload(uri: str, path: str, body: bytes, give_up_at: int | None = None):
+    """POSTs `body` without a Content-Length, 4 KiB at a time; with `give_up_at`, the
+    client closes the connection after that many bytes, mid-upload (None is answered)."""
+    parsed = urllib.parse.urlparse(uri)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+    end = len(body) if give_up_at is None else give_up_at
+
+    def pieces():
+        for at in range(0, end, 4096):
+            yield body[at:min(at + 4096, end)]
+        if give_up_at is not None:
+            raise ConnectionAbortedError("the client gave up")
+
+    try:
+        conn.request("POST", path, body=pieces(), encode_chunked=True,
+                     headers={"content-type": "application/vnd.apache.arrow.stream"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    except ConnectionAbortedError:
+        return None
+    finally:
+        conn.close()
+
+
+def test_an_upload_written_as_it_arrives_commits_only_when_whole(warehouse, ns):
+    """Inserts are written batch by batch as they arrive. An upload that breaks off, is not
+    a whole Arrow stream, or passes the cap after some batches were written leaves the table
+    at its version, and the next insert is the next version."""
+    tid, created = make_table(ns, warehouse, "streamed", rows(30))
+    path = f"/v1/table/{enc(tid)}/insert"
+    version = lambda: open_direct(warehouse, created.location).version  # noqa: E731
+    upload = ipc_stream(rows(600, start=1000), batch_rows=50)  # 12 batches of 50
+
+    # whole batches arrive first, then the stream is cut inside its last one
+    status, got, _ = arrow_call(warehouse.uri, path, upload[:-300])
+    assert (status, got["code"]) == (400, 13), got
+    status, got = chunked_upload(warehouse.uri, path, upload[:-300])
+    assert (status, got["code"]) == (400, 13), got
+    # the client goes away after two thirds of the upload
+    assert chunked_upload(warehouse.uri, path, upload, give_up_at=len(upload) * 2 // 3) is None
+    time.sleep(1)
+    assert version() == 1 and open_direct(warehouse, created.location).count_rows() == 30
+
+    # the same upload, whole and without a Content-Length: every batch lands, in one version
+    status, got = chunked_upload(warehouse.uri, path, upload)
+    assert status == 200 and got["version"] == 2 and got.get("num_inserted_rows") == 600, got
+    direct = open_direct(warehouse, created.location)
+    assert direct.count_rows() == 630
+    assert sorted(direct.to_table(columns=["id"])["id"].to_pylist()) == list(range(30)) + list(range(1000, 1600))
 
 
 def test_describe_answers_while_an_index_builds(warehouse, ns):
