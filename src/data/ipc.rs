@@ -63,10 +63,6 @@ impl Rows {
             count,
         }
     }
-
-    pub fn rows(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
 }
 
 impl From<Upload> for Rows {
