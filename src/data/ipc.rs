@@ -135,6 +135,8 @@ pub struct Feed {
     frames: BodyDataStream,
     framer: Framer,
     decoder: StreamDecoder,
+    /// Batches decoded and not yet handed on.
+    ready: Vec<RecordBatch>,
     batches: mpsc::Sender<RecordBatch>,
     ended: Arc<AtomicBool>,
 }
@@ -158,20 +160,25 @@ pub async fn stream_upload(body: Body, cap: usize) -> Result<(Arriving, Feed)> {
     let (sender, receiver) = mpsc::channel(BATCHES_AHEAD);
     let mut feed = Feed {
         frames: body.into_data_stream(),
-        framer: Framer::new(cap),
+        framer: Framer::new(cap, known),
         decoder: StreamDecoder::new(),
+        ready: Vec::new(),
         batches: sender,
         ended: Arc::new(AtomicBool::new(false)),
     };
     // The decoder takes in a schema message whole only with the next message's bytes, so
-    // the first batch may come out with the schema.
-    let mut first = None;
+    // the first batch may come out with the schema: it waits in `ready`.
     while feed.decoder.schema().is_none() {
         if let Some(message) = feed.framer.next()? {
-            first = feed.decode(message)?;
-        } else if !feed.read().await? {
-            feed.finish()?;
-            break;
+            feed.decode(message)?;
+        } else {
+            match feed.frames.next().await {
+                Some(frame) => feed.accept(frame)?,
+                None => {
+                    feed.finish()?;
+                    break;
+                }
+            }
         }
     }
     let schema = feed
@@ -182,10 +189,6 @@ pub async fn stream_upload(body: Body, cap: usize) -> Result<(Arriving, Feed)> {
         return Err(Error::invalid(
             "the Arrow IPC stream's schema has no columns",
         ));
-    }
-    if let Some(batch) = first {
-        // The channel is new and has room.
-        let _ = feed.batches.try_send(batch);
     }
     let arriving = Arriving {
         schema,
@@ -211,50 +214,63 @@ impl Feed {
     /// stops taking batches (it failed), the rest of the body is not read.
     pub async fn run(mut self) -> Result<()> {
         loop {
-            while let Some(message) = self.framer.next()? {
-                if let Some(batch) = self.decode(message)?
-                    && self.batches.send(batch).await.is_err()
-                {
-                    return Ok(());
-                }
-            }
-            if self.batches.is_closed() {
+            if !self.hand_on().await {
                 return Ok(());
             }
-            if !self.read().await? {
-                break;
+            if let Some(message) = self.framer.next()? {
+                self.decode(message)?;
+                continue;
+            }
+            let frame = tokio::select! {
+                frame = self.frames.next() => frame,
+                // The writer stopped (it failed): the rest of the body is not needed.
+                _ = self.batches.closed() => return Ok(()),
+            };
+            match frame {
+                Some(frame) => self.accept(frame)?,
+                None => break,
             }
         }
         self.finish()?;
+        if !self.hand_on().await {
+            return Ok(());
+        }
         self.ended.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// Reads the next piece of the body; false at its end.
-    async fn read(&mut self) -> Result<bool> {
-        match self.frames.next().await {
-            None => Ok(false),
-            Some(frame) => {
-                let frame = frame.map_err(|e| {
-                    Error::invalid("the request body could not be read").with_detail(e.to_string())
-                })?;
-                self.framer.push(frame)?;
-                Ok(true)
+    /// Hands the decoded batches on; false when the writer has stopped taking them.
+    async fn hand_on(&mut self) -> bool {
+        for batch in std::mem::take(&mut self.ready) {
+            if self.batches.send(batch).await.is_err() {
+                return false;
             }
         }
+        true
     }
 
-    fn decode(&mut self, message: Bytes) -> Result<Option<RecordBatch>> {
+    fn accept(&mut self, frame: std::result::Result<Bytes, axum::Error>) -> Result<()> {
+        let frame = frame.map_err(|e| {
+            Error::invalid("the request body could not be read").with_detail(e.to_string())
+        })?;
+        self.framer.push(frame)
+    }
+
+    /// Decodes one message. A message with no body (a schema, or a batch whose columns
+    /// need no buffers) is finished by the decoder only when the next bytes come, so one
+    /// message may give two batches.
+    fn decode(&mut self, message: Bytes) -> Result<()> {
         let mut buffer = Buffer::from(message);
-        let mut batch = None;
         while !buffer.is_empty() {
-            if let Some(b) = self.decoder.decode(&mut buffer).map_err(not_a_stream)? {
-                batch = Some(b);
+            if let Some(batch) = self.decoder.decode(&mut buffer).map_err(not_a_stream)? {
+                self.ready.push(batch);
             }
         }
-        Ok(batch)
+        Ok(())
     }
 
+    /// Checks the body ended as a whole Arrow stream: at a message's end, with or without
+    /// the end-of-stream mark (which the Arrow format leaves optional).
     fn finish(&mut self) -> Result<()> {
         if self.framer.seen == 0 {
             return Err(Error::invalid(
@@ -286,24 +302,29 @@ fn not_a_stream(e: arrow_schema::ArrowError) -> Error {
 /// belong to is known, so no buffer ever grows past its message.
 struct Framer {
     queue: VecDeque<Bytes>,
-    /// The front message, gathered so far.
+    /// The front message, gathered so far, and its whole length once its header is read.
     message: BytesMut,
-    /// Bytes received, bytes already handed on, and the most the upload may have.
+    want: Option<usize>,
+    /// Bytes received, bytes already handed on, the most the upload may have, and its
+    /// Content-Length when it gave one.
     seen: usize,
     taken: usize,
     cap: usize,
+    declared: Option<usize>,
 }
 
 const CONTINUATION: [u8; 4] = [0xff; 4];
 
 impl Framer {
-    fn new(cap: usize) -> Self {
+    fn new(cap: usize, declared: Option<usize>) -> Self {
         Framer {
             queue: VecDeque::new(),
             message: BytesMut::new(),
+            want: None,
             seen: 0,
             taken: 0,
             cap,
+            declared,
         }
     }
 
@@ -321,6 +342,9 @@ impl Framer {
     /// The next whole message (or end-of-stream mark), if it has all arrived. Bytes that
     /// are not a message header are left for the decoder to refuse.
     fn next(&mut self) -> Result<Option<Bytes>> {
+        if let Some(total) = self.want {
+            return Ok(self.gather(total).then(|| self.take(total)));
+        }
         if !self.gather(4) {
             return Ok(None);
         }
@@ -339,7 +363,7 @@ impl Framer {
             return Ok(Some(self.take(prefix)));
         }
         // Not reserved ahead: a header's length is the first thing garbage gets wrong.
-        let head = prefix + metadata;
+        let head = prefix.saturating_add(metadata);
         if !self.gather(head) {
             return Ok(None);
         }
@@ -353,12 +377,19 @@ impl Framer {
             .ok()
             .and_then(|b| b.checked_add(head))
             .ok_or_else(|| Error::invalid("an Arrow IPC message has a negative length"))?;
-        // A message that says it is longer than the upload may be is refused before its
-        // room is reserved.
-        if self.taken.saturating_add(total) > self.cap {
+        // A message that says it is longer than the upload may be, or than the body said it
+        // is, is refused before its room is reserved.
+        let end = self.taken.saturating_add(total);
+        if end > self.cap {
             return Err(too_large(self.cap));
         }
+        if self.declared.is_some_and(|declared| end > declared) {
+            return Err(Error::invalid(
+                "the request body is not an Arrow IPC stream: a message is longer than the body",
+            ));
+        }
         self.message.reserve(total - self.message.len());
+        self.want = Some(total);
         if !self.gather(total) {
             return Ok(None);
         }
@@ -382,6 +413,7 @@ impl Framer {
     }
 
     fn take(&mut self, n: usize) -> Bytes {
+        self.want = None;
         self.taken += n;
         self.message.split_to(n).freeze()
     }
@@ -503,6 +535,31 @@ mod tests {
                 })
                 .collect();
             assert_eq!(firsts, vec![0, 1, 2, 3, 4]);
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_without_a_body_are_all_kept() {
+        // A column of nulls has no buffers: its batches' messages have no body, and the
+        // decoder finishes each only when the next message comes.
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Null, true)]));
+        let mut out = Vec::new();
+        let mut w = StreamWriter::try_new(&mut out, &schema).unwrap();
+        for rows in [3, 4, 5] {
+            let b = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(arrow_array::NullArray::new(rows))],
+            )
+            .unwrap();
+            w.write(&b).unwrap();
+        }
+        w.finish().unwrap();
+        drop(w);
+        for size in [1, 7, 1 << 20] {
+            let up = read_upload(in_pieces(Bytes::from(out.clone()), size), usize::MAX)
+                .await
+                .unwrap();
+            assert_eq!(up.rows(), 12, "pieces of {size}");
         }
     }
 

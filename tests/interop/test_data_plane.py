@@ -7,11 +7,13 @@ and changes nothing."""
 import http.client
 import io
 import json
+import os
 import tempfile
 import threading
 import time
 import urllib.parse
 
+import boto3
 import lance
 import lance_namespace as ln
 import lance_namespace_urllib3_client.models as m
@@ -477,6 +479,20 @@ def chunked_upload(uri: str, path: str, body: bytes, give_up_at: int | None = No
         conn.close()
 
 
+def data_files(warehouse, location: str) -> list[str]:
+    """The names of the files in a table's `data/` folder, as the store holds them."""
+    parsed = urllib.parse.urlparse(location)
+    if parsed.scheme == "s3":
+        o = warehouse.storage_options
+        s3 = boto3.client("s3", endpoint_url=o["aws_endpoint"], region_name=o["aws_region"],
+                          aws_access_key_id=o["aws_access_key_id"],
+                          aws_secret_access_key=o["aws_secret_access_key"])
+        prefix = parsed.path.strip("/") + "/data/"
+        listed = s3.list_objects_v2(Bucket=parsed.netloc, Prefix=prefix).get("Contents", [])
+        return sorted(x["Key"][len(prefix):] for x in listed)
+    return sorted(os.listdir(os.path.join(parsed.path if parsed.scheme else location, "data")))
+
+
 def test_an_upload_written_as_it_arrives_commits_only_when_whole(warehouse, ns):
     """Inserts are written batch by batch as they arrive. An upload that breaks off, is not
     a whole Arrow stream, or passes the cap after some batches were written leaves the table
@@ -485,6 +501,7 @@ def test_an_upload_written_as_it_arrives_commits_only_when_whole(warehouse, ns):
     path = f"/v1/table/{enc(tid)}/insert"
     version = lambda: open_direct(warehouse, created.location).version  # noqa: E731
     upload = ipc_stream(rows(600, start=1000), batch_rows=50)  # 12 batches of 50
+    files = data_files(warehouse, created.location)
 
     # whole batches arrive first, then the stream is cut inside its last one
     status, got, _ = arrow_call(warehouse.uri, path, upload[:-300])
@@ -495,6 +512,8 @@ def test_an_upload_written_as_it_arrives_commits_only_when_whole(warehouse, ns):
     assert chunked_upload(warehouse.uri, path, upload, give_up_at=len(upload) * 2 // 3) is None
     time.sleep(1)
     assert version() == 1 and open_direct(warehouse, created.location).count_rows() == 30
+    # and Lance took back the data files it had begun for the earlier batches
+    assert data_files(warehouse, created.location) == files
 
     # the same upload, whole and without a Content-Length: every batch lands, in one version
     status, got = chunked_upload(warehouse.uri, path, upload)
