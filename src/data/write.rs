@@ -11,7 +11,7 @@ use lance::dataset::{
     WhenNotMatchedBySource, WriteDestination, WriteMode, WriteParams,
 };
 
-use super::ipc::{Arriving, Rows, Upload};
+use super::ipc::{Arriving, GATHER_BYTES, Rows, Upload};
 use super::{At, LanceDatasets, lance_error};
 use crate::error::{Code, Error, Result};
 
@@ -65,8 +65,9 @@ async fn write_into<'a>(
 }
 
 /// Appends `upload` to (or, with `overwrite`, replaces the rows of) the dataset at
-/// `location`, writing its batches as they arrive; a table that holds no data yet is created
-/// by it (from the whole upload, so that a rival's first write can be followed).
+/// `location`: gathered whole first, or, past `GATHER_BYTES`, written as the rest arrives.
+/// A table that holds no data yet is created by it (from the whole upload, so that a rival's
+/// first write can be followed).
 pub async fn insert(
     datasets: &LanceDatasets,
     location: &str,
@@ -75,7 +76,7 @@ pub async fn insert(
     overwrite: bool,
 ) -> Result<Written> {
     let (dataset, rows): (_, Rows) = match open_or_first(datasets, location, at).await? {
-        Some(dataset) => (Arc::new(dataset), upload.into()),
+        Some(dataset) => (Arc::new(dataset), upload.rows(GATHER_BYTES).await?),
         None => {
             let whole = upload.gather().await?;
             match create(datasets, location, whole.clone(), false).await {
