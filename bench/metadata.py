@@ -158,6 +158,14 @@ def parse_latency(out, pct):
     return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
 
+def tools(args) -> tuple[str, str]:
+    """wrk and the gateway binary (`--gateway`, else the release build); exits without wrk."""
+    wrk = shutil.which("wrk")
+    if not wrk:
+        sys.exit("wrk not found: run bench/run (it installs wrk)")
+    return wrk, args.gateway or os.path.expanduser("~/.cache/lance-gateway/target/release/lance-gateway")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tables", type=int, default=1000)
@@ -165,10 +173,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--gateway", default=os.environ.get("LANCE_GATEWAY_BIN"))
     args = ap.parse_args()
-    wrk = shutil.which("wrk")
-    if not wrk:
-        sys.exit("wrk not found: run bench/run (it installs wrk)")
-    gateway_bin = args.gateway or os.path.expanduser("~/.cache/lance-gateway/target/release/lance-gateway")
+    wrk, gateway_bin = tools(args)
 
     rows = {}
     # Warehouses are removed only at the end: deleting thousands of files just before the

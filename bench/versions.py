@@ -30,7 +30,7 @@ from lance.namespace import RestNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from metadata import alternate, enc, parse_latency  # noqa: E402
+from metadata import alternate, enc, parse_latency, tools  # noqa: E402
 
 REFERENCE_SERVER = """
 import sys, time, lance.namespace as lns
@@ -87,10 +87,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--gateway", default=os.environ.get("LANCE_GATEWAY_BIN"))
     args = ap.parse_args()
-    wrk = shutil.which("wrk")
-    if not wrk:
-        sys.exit("wrk not found: run bench/run (it installs wrk)")
-    gateway_bin = args.gateway or os.path.expanduser("~/.cache/lance-gateway/target/release/lance-gateway")
+    wrk, gateway_bin = tools(args)
     names = ["lance-gateway", "reference RestAdapter(dir)"]
 
     def argv_of(name, root, port):

@@ -91,11 +91,12 @@ pub const GATHER_BYTES: usize = 64 * 1024 * 1024;
 
 impl Arriving {
     /// Waits for the whole upload (the `Feed` must run meanwhile).
-    pub async fn gather(self) -> Result<Upload> {
-        match self.gather_up_to(usize::MAX).await? {
-            (upload, None) => Ok(upload),
-            (_, Some(_)) => unreachable!("no upload holds usize::MAX bytes"),
+    pub async fn gather(mut self) -> Result<Upload> {
+        let mut batches = Vec::new();
+        while let Some(batch) = self.batches.recv().await {
+            batches.push(batch);
         }
+        self.whole(batches)
     }
 
     /// The rows for a writer: the whole upload when its batches fit in `limit` bytes,
@@ -118,14 +119,7 @@ impl Arriving {
         let mut bytes = 0usize;
         while bytes <= limit {
             let Some(batch) = self.batches.recv().await else {
-                if !self.ended.load(Ordering::Acquire) {
-                    return Err(cut_short());
-                }
-                let upload = Upload {
-                    schema: self.schema,
-                    batches,
-                };
-                return Ok((upload, None));
+                return Ok((self.whole(batches)?, None));
             };
             bytes = bytes.saturating_add(batch.get_array_memory_size());
             batches.push(batch);
@@ -135,6 +129,18 @@ impl Arriving {
             batches,
         };
         Ok((held, Some(self)))
+    }
+
+    /// The upload, once its batches have all been taken: whole only if the feed saw it end
+    /// as a whole Arrow stream.
+    fn whole(self, batches: Vec<RecordBatch>) -> Result<Upload> {
+        if !self.ended.load(Ordering::Acquire) {
+            return Err(cut_short());
+        }
+        Ok(Upload {
+            schema: self.schema,
+            batches,
+        })
     }
 
     /// The batches as they arrive. The stream ends cleanly only after the upload's last
