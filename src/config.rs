@@ -432,7 +432,7 @@ pub struct Config {
     pub tls: Option<TlsSettings>,
     pub audit_log: Option<String>,
     pub max_body_bytes: usize,
-    pub data_limits: crate::api::data::DataLimits,
+    pub data_limits: crate::data::DataLimits,
     pub data_threads: usize,
     pub request_timeout: Duration,
     pub limits: ConnectionLimits,
@@ -629,13 +629,13 @@ impl Config {
         if max_body_bytes < 1024 {
             return Err(bad("max-body-bytes", "must be at least 1024"));
         }
-        let defaults = crate::api::data::DataLimits::default();
+        let defaults = crate::data::DataLimits::default();
         let at_least_one = |name: &'static str, value: Option<usize>, default: usize| match value {
             Some(0) => Err(bad(name, "must be at least 1")),
             Some(v) => Ok(v),
             None => Ok(default),
         };
-        let data_limits = crate::api::data::DataLimits {
+        let data_limits = crate::data::DataLimits {
             max_arrow_body_bytes: at_least_one(
                 "max-arrow-body-bytes",
                 s.max_arrow_body_bytes,
@@ -659,7 +659,7 @@ impl Config {
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )?;
         let timeout = positive("request-timeout-secs", s.request_timeout_secs, 30)?;
-        let data_limits = crate::api::data::DataLimits {
+        let data_limits = crate::data::DataLimits {
             build_wait: Duration::from_millis(timeout.saturating_mul(750)),
             ..data_limits
         };

@@ -14,6 +14,7 @@ use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
 use axum::body::Body;
+use axum::http::HeaderName;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
@@ -226,13 +227,14 @@ fn security(config: &Config) -> Result<Security, String> {
     })
 }
 
+/// Files, and what to do when one of them changes.
+type WatchedFiles = Vec<(Vec<PathBuf>, Box<dyn Fn() + Send + Sync>)>;
+
 /// Reloads the grants, the API keys and the TLS files when one of them changes (checked
 /// every second) and on SIGHUP.
-/// Files, and what to do when one of them changes.
-type Watched = Vec<(Vec<PathBuf>, Box<dyn Fn() + Send + Sync>)>;
 
 fn watch_files(grants: Arc<Grants>, keys: Option<Arc<ApiKeys>>, tls: Option<Arc<Tls>>) {
-    let mut watched: Watched = Vec::new();
+    let mut watched: WatchedFiles = Vec::new();
     if let Some(path) = grants.path().map(|p| p.to_path_buf()) {
         let g = grants.clone();
         watched.push((vec![path], Box::new(move || g.reload())));
@@ -461,17 +463,32 @@ async fn serve_connection<I, S>(
     S::Future: Send + 'static,
     S::Error: std::fmt::Display + Send,
 {
+    let keep_alive = keep_alive_hint(header_timeout);
     let service =
         hyper::service::service_fn(move |req: axum::http::Request<hyper::body::Incoming>| {
-            let mut req = req.map(Body::new);
+            let left = Arc::new(std::sync::Mutex::new(Leftover::Held));
+            let mut req = req.map(|incoming| {
+                Body::new(Watched {
+                    inner: Some(incoming),
+                    left: left.clone(),
+                })
+            });
             if let Some(peer) = &peer {
                 req.extensions_mut().insert(peer.clone());
             }
-            let app = app.clone();
+            let (app, keep_alive) = (app.clone(), keep_alive.clone());
             async move {
-                app.oneshot(req)
+                let response = app
+                    .oneshot(req)
                     .await
-                    .map_err(|e| std::io::Error::other(e.to_string()))
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                let mut response = settle(&left, response).await;
+                if !closes(&response) {
+                    response
+                        .headers_mut()
+                        .insert(HeaderName::from_static("keep-alive"), keep_alive);
+                }
+                Ok::<_, std::io::Error>(response)
             }
         });
     let connection = hyper::server::conn::http1::Builder::new()
@@ -496,6 +513,141 @@ async fn serve_connection<I, S>(
             let _ = connection.await;
         }
     }
+}
+
+/// What became of a request's body by the time its answer is ready.
+enum Leftover {
+    /// Still held (by the handler or a task it started), or broken off by the client.
+    Held,
+    /// Read to its end, or empty.
+    Done,
+    /// Dropped before its end (an extractor refused the request, a handler answered
+    /// without reading it, an upload was refused part way, the request timed out): the
+    /// rest, to be read and thrown away before the answer goes out.
+    Unread(hyper::body::Incoming),
+}
+
+/// A request body that records whether it was read to its end, and hands back what is
+/// left of it when it is dropped unread. hyper decides whether to keep a connection alive
+/// only after it has written the answer's head: a body dropped unfinished then makes it
+/// close the connection without `Connection: close`, and the client's next request on it
+/// is lost. `settle` drains what is left, or announces the close, first.
+struct Watched {
+    inner: Option<hyper::body::Incoming>,
+    left: Arc<std::sync::Mutex<Leftover>>,
+}
+
+impl Watched {
+    fn record(&self, to: Leftover) {
+        *self
+            .left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = to;
+    }
+}
+
+impl hyper::body::Body for Watched {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, hyper::Error>>> {
+        let Some(inner) = self.inner.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let polled = hyper::body::Body::poll_frame(std::pin::Pin::new(inner), cx);
+        match &polled {
+            std::task::Poll::Ready(None) => {
+                self.inner = None;
+                self.record(Leftover::Done);
+            }
+            // Broken off: the connection cannot be reused (`Held` closes it).
+            std::task::Poll::Ready(Some(Err(_))) => self.inner = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_none_or(hyper::body::Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner
+            .as_ref()
+            .map(hyper::body::Body::size_hint)
+            .unwrap_or_else(|| hyper::body::SizeHint::with_exact(0))
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            if hyper::body::Body::is_end_stream(&inner) {
+                self.record(Leftover::Done);
+            } else {
+                self.record(Leftover::Unread(inner));
+            }
+        }
+    }
+}
+
+/// Longest the rest of an unread body is waited for before the answer goes out anyway,
+/// announcing the close.
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// The answer, once the request's body is done with: read to its end, drained (up to
+/// `guard::drain`'s bound), or, past that bound, still held, broken off or after a timeout
+/// (whose body is not coming), with the connection announced as closing.
+async fn settle(
+    left: &std::sync::Mutex<Leftover>,
+    response: axum::response::Response,
+) -> axum::response::Response {
+    let left = std::mem::replace(
+        &mut *left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        Leftover::Done,
+    );
+    match left {
+        Leftover::Done => response,
+        Leftover::Unread(rest)
+            if response.status() != axum::http::StatusCode::SERVICE_UNAVAILABLE
+                && !closes(&response) =>
+        {
+            let drained = tokio::time::timeout(DRAIN_TIME, api::guard::drain(Body::new(rest)))
+                .await
+                .unwrap_or(false);
+            if drained {
+                response
+            } else {
+                api::guard::closing(response)
+            }
+        }
+        Leftover::Unread(_) | Leftover::Held => api::guard::closing(response),
+    }
+}
+
+fn closes(response: &axum::response::Response) -> bool {
+    response
+        .headers()
+        .get(axum::http::header::CONNECTION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("close"))
+}
+
+/// `Keep-Alive: timeout=N` for every answer that keeps the connection: hyper's header-read
+/// timeout also closes a connection idle that long after an answer, without a word, so a
+/// request sent as it fires is lost. Told the idle limit (a second short of it), clients
+/// that read the header retire the connection first.
+fn keep_alive_hint(header_timeout: Duration) -> axum::http::HeaderValue {
+    let secs = header_timeout.as_secs().saturating_sub(1).max(1);
+    axum::http::HeaderValue::from_str(&format!("timeout={secs}"))
+        .unwrap_or_else(|_| axum::http::HeaderValue::from_static("timeout=1"))
 }
 
 async fn shutdown_signal() {

@@ -19,6 +19,7 @@
 //! | `lance_gateway_authorization_denials_total` | needed | requests refused by the grants, by the access they lacked |
 //! | `lance_gateway_credentials_vended_total` | policy, access | keys handed out beside a location |
 //! | `lance_gateway_sts_requests_total` | outcome | AssumeRole calls made (cache misses): `ok`, `error` |
+//! | `lance_gateway_unmanaged_commits_total` | | versions of managed tables committed behind the gateway's back (with no commit receipt) |
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -42,6 +43,7 @@ pub const AUTHENTICATIONS: &str = "lance_gateway_authentications_total";
 pub const DENIALS: &str = "lance_gateway_authorization_denials_total";
 pub const VENDED: &str = "lance_gateway_credentials_vended_total";
 pub const STS_CALLS: &str = "lance_gateway_sts_requests_total";
+pub const UNMANAGED: &str = "lance_gateway_unmanaged_commits_total";
 
 /// Request latencies: from well under a millisecond (a describe) to the request timeout.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -96,6 +98,10 @@ pub fn install() -> Result<PrometheusHandle, String> {
     describe_counter!(
         STS_CALLS,
         "AssumeRole calls made for table-scoped credentials."
+    );
+    describe_counter!(
+        UNMANAGED,
+        "Versions of managed tables that were not committed through the gateway (no commit receipt): a client bypasses CreateTableVersion."
     );
     Ok(handle)
 }
@@ -211,4 +217,8 @@ pub fn vended(policy: &'static str, access: &'static str) {
 
 pub fn sts_call(ok: bool) {
     counter!(STS_CALLS, "outcome" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+pub fn unmanaged_commits(versions: u64) {
+    counter!(UNMANAGED).increment(versions);
 }

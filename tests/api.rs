@@ -540,3 +540,126 @@ async fn write_dataset(location: &str, rows: i64) {
     let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
     lance::Dataset::write(reader, location, None).await.unwrap();
 }
+
+/// Every field the spec or a client defines for an operation that its route does not act on
+/// is refused by name (400, code 13) rather than silently ignored, and the refusal changes
+/// nothing (it comes before the table is even looked up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_a_route_does_not_serve_are_refused_by_name() {
+    use lance_gateway::api::data::{indices, reads, rows};
+    use lance_gateway::api::fields::{Fields, Request};
+    use lance_namespace::models::CreateTableVersionRequest;
+
+    enum Place {
+        Body,
+        Query,
+    }
+    let routes: [(&str, Place, &Fields); 6] = [
+        (
+            "/v1/table/t/create",
+            Place::Query,
+            <rows::CreateQuery as Request>::FIELDS,
+        ),
+        (
+            "/v1/table/t/update",
+            Place::Body,
+            <rows::UpdateBody as Request>::FIELDS,
+        ),
+        (
+            "/v1/table/t/query",
+            Place::Body,
+            <lance_gateway::data::read::Query as Request>::FIELDS,
+        ),
+        (
+            "/v1/table/t/analyze_plan",
+            Place::Body,
+            <reads::AnalyzeBody as Request>::FIELDS,
+        ),
+        (
+            "/v1/table/t/create_scalar_index",
+            Place::Body,
+            <indices::ScalarIndexBody as Request>::FIELDS,
+        ),
+        (
+            "/v1/table/t/version/create",
+            Place::Body,
+            <CreateTableVersionRequest as Request>::FIELDS,
+        ),
+    ];
+    let gw = local().await;
+    let mut refused = 0;
+    for (path, place, fields) in routes {
+        assert!(!fields.refused.is_empty(), "{path}");
+        for (field, _) in fields.refused {
+            let (s, b) = match place {
+                Place::Body => gw.post(path, json!({ *field: true })).await,
+                Place::Query => {
+                    let (s, t) = gw
+                        .call(Method::POST, &format!("{path}?{field}=1"), Some(""))
+                        .await;
+                    (s, serde_json::from_str(&t).unwrap_or(Value::Null))
+                }
+            };
+            assert_error(s, &b, 400, 13);
+            let message = b["error"].as_str().unwrap_or_default();
+            assert!(
+                message.contains(&format!("`{field}`")),
+                "{path}: the refusal of `{field}` does not name it: {b}"
+            );
+            refused += 1;
+        }
+    }
+    assert!(refused >= 14, "{refused}");
+    // A value that asks for nothing is no request: the route goes on (to the missing table).
+    let (s, b) = gw
+        .post(
+            "/v1/table/t/query",
+            json!({"use_lsm": false, "approx_mode": null}),
+        )
+        .await;
+    assert_error(s, &b, 404, 4);
+    // A field nobody defines is tolerated, as the spec asks.
+    let (s, b) = gw
+        .post("/v1/table/t/describe", json!({"brand_new_field": 1}))
+        .await;
+    assert_error(s, &b, 404, 4);
+    // Nothing was made on the way.
+    let (_, b) = gw.get("/v1/namespace/%24/table/list").await;
+    assert_eq!(b["tables"], json!([]));
+}
+
+/// DuckDB's Lance extension names `ml$docs` in the body as one part holding the delimiter:
+/// the same table as the path's `["ml", "docs"]`. Any other disagreement is still a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_ids_spelled_with_the_delimiter_name_the_path_table() {
+    let gw = local().await;
+    let (s, _) = gw.post("/v1/namespace/ml/create", json!({})).await;
+    assert_eq!(s, 200);
+    let (s, b) = gw
+        .post("/v1/table/ml%24docs/declare", json!({"id": ["ml$docs"]}))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = gw
+        .post("/v1/table/ml%24docs/describe", json!({"id": ["ml$docs"]}))
+        .await;
+    assert_eq!(
+        (s.as_u16(), b["table"].clone()),
+        (200, json!("docs")),
+        "{b}"
+    );
+    let (_, b) = gw.get("/v1/namespace/ml/table/list").await;
+    assert_eq!(b["tables"], json!(["docs"]));
+    let (_, b) = gw.get("/v1/namespace/%24/table/list").await;
+    assert_eq!(b["tables"], json!([]), "nothing landed in the root");
+    for other in [
+        json!(["docs"]),
+        json!(["ml", "other"]),
+        json!(["ml$other"]),
+        json!(["ml", "docs", "x"]),
+    ] {
+        let (s, b) = gw
+            .post("/v1/table/ml%24docs/describe", json!({ "id": other }))
+            .await;
+        assert_error(s, &b, 400, 13);
+    }
+}

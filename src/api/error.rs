@@ -8,17 +8,47 @@ use lance_namespace::models::ErrorResponse;
 
 use crate::error::{Code, Error};
 
+/// What an error's answer needs to know of the request being served.
+#[derive(Clone, Default)]
+pub struct Served {
+    /// The path: the error's `instance`.
+    pub path: String,
+    /// The request id, which a client quotes when it reports a server error.
+    pub request_id: String,
+    /// Whether the caller is LanceDB's remote client (`extract::Dialect::LanceDbRemote`).
+    pub remote: bool,
+}
+
 tokio::task_local! {
-    /// The path and id of the request being served: the error's `instance`, and what a
-    /// client quotes when it reports a server error.
-    pub static REQUEST: (String, String);
+    pub static REQUEST: Served;
+}
+
+/// The status LanceDB's remote client needs for `code`, where the spec's would mislead it:
+/// it takes every 404 for "table not found" and retries every 409. So what is missing
+/// inside a table (a column, a tag, an index, a version) and what conflicts without a retry
+/// helping (an existing table, tag, index or branch) are 400s to it, with the spec's code.
+fn remote_status(code: Code, status: StatusCode) -> StatusCode {
+    match code {
+        Code::TableNotFound | Code::NamespaceNotFound | Code::ConcurrentModification => status,
+        _ if status == StatusCode::NOT_FOUND || status == StatusCode::CONFLICT => {
+            StatusCode::BAD_REQUEST
+        }
+        _ => status,
+    }
 }
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.code.http_status())
+        let Served {
+            path,
+            request_id,
+            remote,
+        } = REQUEST.try_with(Clone::clone).unwrap_or_default();
+        let mut status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let (path, request_id) = REQUEST.try_with(Clone::clone).unwrap_or_default();
+        if remote {
+            status = remote_status(self.code, status);
+        }
         let server_side = self.code == Code::Internal || self.code == Code::ServiceUnavailable;
         // A server-side failure is told to the client only by its safe message and the
         // request id; what went wrong inside (store errors, paths, causes) goes to the log.

@@ -2,10 +2,10 @@
 //! query string, and a JSON body that clients may send absent, as `null` or as an object.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;
-use serde::de::DeserializeOwned;
 
+use super::fields::Request as Fields;
 use crate::catalog::names::{self, DEFAULT_DELIMITER, Id};
 use crate::error::{Error, Result};
 
@@ -21,13 +21,22 @@ impl Target {
         names::join(&self.id, &self.delimiter)
     }
 
-    /// Checks a body's `id` against the path's: the spec wants 400 when they differ.
+    /// Checks a body's `id` against the path's: the spec wants 400 when they differ. A body
+    /// id whose parts joined with the delimiter spell the path's id names the same object:
+    /// DuckDB's Lance extension (1.5.5) sends `["ml$docs"]`, one part holding the
+    /// delimiter, for the path `ml%24docs`.
     pub fn check_body_id(&self, body_id: Option<&Vec<String>>) -> Result<()> {
         match body_id {
-            Some(id) if *id != self.id => Err(Error::invalid(format!(
-                "the body names {:?} but the path names {:?}",
-                id, self.id
-            ))),
+            Some(id)
+                if *id != self.id
+                    && names::join(id, &self.delimiter)
+                        != names::join(&self.id, &self.delimiter) =>
+            {
+                Err(Error::invalid(format!(
+                    "the body names {:?} but the path names {:?}",
+                    id, self.id
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -70,13 +79,56 @@ impl<S: Send + Sync> FromRequestParts<S> for Target {
     }
 }
 
-/// Query parameters, parsed leniently (unknown keys ignored); a bad value is InvalidInput.
-pub struct QueryOf<T>(pub T);
+/// The `{index_name}` segment of `/v1/table/{id}/index/{index_name}/...`, decoded as the id
+/// is (the Lance client encodes both alike: a space as `+`). A name that does not decode is
+/// InvalidInput, as JSON, like every other refusal.
+pub struct IndexName(pub String);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryOf<T> {
+impl<S: Send + Sync> FromRequestParts<S> for IndexName {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self> {
+        let raw = parts
+            .uri
+            .path()
+            .split('/')
+            .nth(5)
+            .ok_or_else(|| Error::invalid("the route has no {index_name}"))?;
+        let name = names::decode_path_segment(raw)?;
+        if name.is_empty() {
+            return Err(Error::invalid("the index name must not be empty"));
+        }
+        Ok(IndexName(name))
+    }
+}
+
+/// The `{id}` of `/v1/transaction/{id}/...`: one decoded segment (a transaction id is not
+/// split on the delimiter).
+pub struct TransactionId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for TransactionId {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self> {
+        let raw = parts
+            .uri
+            .path()
+            .split('/')
+            .nth(3)
+            .ok_or_else(|| Error::invalid("the route has no transaction {id}"))?;
+        Ok(TransactionId(names::decode_percent(raw)?))
+    }
+}
+
+/// Query parameters: a field the operation does not serve is refused (`api::fields`),
+/// unknown keys are tolerated; a bad value is InvalidInput.
+pub struct QueryOf<T>(pub T);
+
+impl<S: Send + Sync, T: Fields> FromRequestParts<S> for QueryOf<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self> {
+        T::FIELDS.check_query(parts.uri.query())?;
         let query = parts.uri.query().unwrap_or_default();
         serde_urlencoded::from_str(query)
             .map(QueryOf)
@@ -84,13 +136,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryOf<T> {
     }
 }
 
-/// A JSON body; an absent body or a literal `null` reads as the default value.
+/// A JSON body; an absent body or a literal `null` reads as the default value. A field the
+/// operation does not serve is refused (`api::fields`).
 pub struct JsonBody<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonBody<T> {
+impl<S: Send + Sync, T: Fields> FromRequest<S> for JsonBody<T> {
     type Rejection = Error;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self> {
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self> {
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             Error::invalid("the request body could not be read").with_detail(e.body_text())
         })?;
@@ -100,6 +153,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonBody<
         if text.is_empty() || text == "null" {
             return Ok(JsonBody(T::default()));
         }
+        T::FIELDS.check_json(text)?;
         serde_json::from_str(text).map(JsonBody).map_err(|e| {
             Error::invalid("the request body is not the JSON this operation takes")
                 .with_detail(e.to_string())

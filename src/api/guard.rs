@@ -92,7 +92,27 @@ pub(crate) async fn guard(State(state): State<AppState>, mut req: Request, next:
     let (operation, id, read) = route_of(&path, &delimiter);
     let mutation = req.method() == Method::POST && !read;
     let peer = req.extensions().get::<PeerIdentity>().cloned();
-    let principal = match state.auth.authenticate(req.headers(), peer.as_ref()).await {
+    let authenticated = if state.auth.wants_body_identity(req.headers(), peer.as_ref())
+        && req.method() == Method::POST
+    {
+        match body_identity(req).await {
+            Ok((rebuilt, Some((key, token)))) => {
+                req = rebuilt;
+                state
+                    .auth
+                    .authenticate_identity(key.as_deref(), token.as_deref())
+                    .await
+            }
+            Ok((rebuilt, None)) => {
+                req = rebuilt;
+                state.auth.authenticate(req.headers(), None).await
+            }
+            Err(response) => return response,
+        }
+    } else {
+        state.auth.authenticate(req.headers(), peer.as_ref()).await
+    };
+    let principal = match authenticated {
         Ok(p) => {
             crate::telemetry::authentication(p.scheme, true);
             p
@@ -141,6 +161,45 @@ pub(crate) async fn guard(State(state): State<AppState>, mut req: Request, next:
         }
     }
     response
+}
+
+/// The `identity` a JSON body carries (`api_key`, `auth_token`), read from the body and put
+/// back: the spec's fallback for clients that send credentials in the body rather than in
+/// headers. Read only when authentication is configured and no header carries any.
+async fn body_identity(
+    req: Request,
+) -> Result<(Request, Option<(Option<String>, Option<String>)>), Response> {
+    let json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if !json {
+        return Ok((req, None));
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, DRAIN_LIMIT).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            let error = Error::invalid("the request body could not be read");
+            return Err(closing(error.into_response()));
+        }
+    };
+    #[derive(serde::Deserialize)]
+    struct Identity {
+        api_key: Option<String>,
+        auth_token: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct WithIdentity {
+        identity: Option<Identity>,
+    }
+    let identity = serde_json::from_slice::<WithIdentity>(&bytes)
+        .ok()
+        .and_then(|b| b.identity)
+        .filter(|i| i.api_key.is_some() || i.auth_token.is_some())
+        .map(|i| (i.api_key, i.auth_token));
+    Ok((Request::from_parts(parts, Body::from(bytes)), identity))
 }
 
 /// The request's context, as the guard built it.

@@ -4,6 +4,7 @@
 pub mod data;
 pub mod error;
 pub mod extract;
+pub mod fields;
 pub mod guard;
 pub mod namespace;
 pub mod table;
@@ -37,7 +38,7 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     pub audit: Arc<Audit>,
     pub data: Arc<crate::data::LanceDatasets>,
-    pub data_limits: data::DataLimits,
+    pub data_limits: crate::data::DataLimits,
 }
 
 pub struct Limits {
@@ -77,56 +78,97 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .route("/v1/table/{id}/drop", post(table::drop))
         .route("/v1/table/{id}/deregister", post(table::deregister))
         .route("/v1/table/{id}/rename", post(table::rename))
-        .route("/v1/table/{id}/create", post(data::create))
-        .route("/v1/table/{id}/insert", post(data::insert))
-        .route("/v1/table/{id}/merge_insert", post(data::merge_insert))
-        .route("/v1/table/{id}/update", post(data::update))
-        .route("/v1/table/{id}/delete", post(data::delete))
-        .route("/v1/table/{id}/query", post(data::query))
-        .route("/v1/table/{id}/count_rows", post(data::count_rows))
-        .route("/v1/table/{id}/explain_plan", post(data::explain_plan))
-        .route("/v1/table/{id}/analyze_plan", post(data::analyze_plan))
-        .route("/v1/table/{id}/stats", post(data::stats))
-        .route("/v1/table/{id}/restore", post(data::restore))
-        .route("/v1/table/{id}/version/list", post(data::list_versions))
+        .route("/v1/table/{id}/create", post(data::rows::create))
+        .route("/v1/table/{id}/insert", post(data::rows::insert))
+        .route(
+            "/v1/table/{id}/merge_insert",
+            post(data::rows::merge_insert),
+        )
+        .route("/v1/table/{id}/update", post(data::rows::update))
+        .route("/v1/table/{id}/delete", post(data::rows::delete))
+        .route("/v1/table/{id}/query", post(data::reads::query))
+        .route("/v1/table/{id}/count_rows", post(data::reads::count_rows))
+        .route(
+            "/v1/table/{id}/explain_plan",
+            post(data::reads::explain_plan),
+        )
+        .route(
+            "/v1/table/{id}/analyze_plan",
+            post(data::reads::analyze_plan),
+        )
+        .route("/v1/table/{id}/stats", post(data::reads::stats))
+        .route("/v1/table/{id}/restore", post(data::refs::restore))
+        .route(
+            "/v1/table/{id}/version/list",
+            post(data::refs::list_versions),
+        )
         .route(
             "/v1/table/{id}/version/describe",
-            post(data::describe_version),
+            post(data::refs::describe_version),
         )
         .route("/v1/table/{id}/version/create", post(version::create))
         .route("/v1/table/{id}/version/delete", post(version::delete))
-        .route("/v1/table/{id}/tags/list", post(data::list_tags))
-        .route("/v1/table/{id}/tags/version", post(data::tag_version))
-        .route("/v1/table/{id}/tags/create", post(data::create_tag))
-        .route("/v1/table/{id}/tags/update", post(data::update_tag))
-        .route("/v1/table/{id}/tags/delete", post(data::delete_tag))
-        .route("/v1/table/{id}/branches/list", post(data::list_branches))
-        .route("/v1/table/{id}/branches/create", post(data::create_branch))
-        .route("/v1/table/{id}/branches/delete", post(data::delete_branch))
-        .route("/v1/table/{id}/create_index", post(data::create_index))
+        .route("/v1/table/{id}/tags/list", post(data::refs::list_tags))
+        .route("/v1/table/{id}/tags/version", post(data::refs::tag_version))
+        .route("/v1/table/{id}/tags/create", post(data::refs::create_tag))
+        .route("/v1/table/{id}/tags/update", post(data::refs::update_tag))
+        .route("/v1/table/{id}/tags/delete", post(data::refs::delete_tag))
+        .route(
+            "/v1/table/{id}/branches/list",
+            post(data::refs::list_branches),
+        )
+        .route(
+            "/v1/table/{id}/branches/create",
+            post(data::refs::create_branch),
+        )
+        .route(
+            "/v1/table/{id}/branches/delete",
+            post(data::refs::delete_branch),
+        )
+        .route(
+            "/v1/table/{id}/create_index",
+            post(data::indices::create_index),
+        )
         .route(
             "/v1/table/{id}/create_scalar_index",
-            post(data::create_scalar_index),
+            post(data::indices::create_scalar_index),
         )
-        .route("/v1/table/{id}/index/list", post(data::list_indices))
+        .route(
+            "/v1/table/{id}/index/list",
+            post(data::indices::list_indices),
+        )
         .route(
             "/v1/table/{id}/index/{index_name}/stats",
-            post(data::index_stats),
+            post(data::indices::index_stats),
         )
         .route(
             "/v1/table/{id}/index/{index_name}/drop",
-            post(data::drop_index),
+            post(data::indices::drop_index),
         )
-        .route("/v1/table/{id}/add_columns", post(data::add_columns))
-        .route("/v1/table/{id}/alter_columns", post(data::alter_columns))
-        .route("/v1/table/{id}/drop_columns", post(data::drop_columns))
+        .route(
+            "/v1/table/{id}/index/{index_name}/prewarm",
+            post(data::indices::prewarm_index),
+        )
+        .route("/v1/table/{id}/page_cache/prewarm", any(no_page_cache))
+        .route(
+            "/v1/table/{id}/add_columns",
+            post(data::schema::add_columns),
+        )
+        .route(
+            "/v1/table/{id}/alter_columns",
+            post(data::schema::alter_columns),
+        )
+        .route(
+            "/v1/table/{id}/drop_columns",
+            post(data::schema::drop_columns),
+        )
         .route(
             "/v1/table/{id}/update_field_metadata",
-            post(data::update_field_metadata),
+            post(data::schema::update_field_metadata),
         )
         .route(
             "/v1/table/{id}/schema_metadata/update",
-            post(data::update_schema_metadata),
+            post(data::schema::update_schema_metadata),
         )
         .route("/v1/table/version/batch-create", any(unsupported))
         .route("/v1/table/batch-commit", any(unsupported))
@@ -198,16 +240,19 @@ async fn announce_version(req: Request, next: Next) -> Response {
     response
 }
 
-/// Runs the rest of the request with its path and id recorded for error bodies.
+/// Runs the rest of the request with what error answers need of it recorded.
 async fn scope_request_path(req: Request, next: Next) -> Response {
-    let path = req.uri().path().to_string();
-    let id = req
-        .headers()
-        .get(&REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_string();
-    error::REQUEST.scope((path, id), next.run(req)).await
+    let served = error::Served {
+        path: req.uri().path().to_string(),
+        request_id: req
+            .headers()
+            .get(&REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string(),
+        remote: extract::Dialect::of(req.headers()) == extract::Dialect::LanceDbRemote,
+    };
+    error::REQUEST.scope(served, next.run(req)).await
 }
 
 async fn with_timeout(req: Request, next: Next, timeout: Duration) -> Response {
@@ -287,6 +332,20 @@ async fn unsupported(method: Method, uri: Uri, body: axum::body::Body) -> Respon
         uri.path()
     ));
     refuse_unread(error, body).await
+}
+
+/// LanceDB's remote client's `prewarm_data`: LanceDB's service keeps table pages in a cache
+/// of its own; the gateway keeps none (its clients read pages from the store), so there is
+/// nothing to warm, and saying so beats answering as if it had been done.
+async fn no_page_cache(body: axum::body::Body) -> Response {
+    refuse_unread(
+        Error::unsupported(
+            "lance-gateway keeps no page cache of table data, so there is nothing to prewarm \
+             (index prewarming is served: index/{name}/prewarm)",
+        ),
+        body,
+    )
+    .await
 }
 
 async fn no_route(method: Method, uri: Uri, body: axum::body::Body) -> Response {

@@ -15,6 +15,12 @@ use super::{AppState, detached};
 use crate::access::Ctx;
 use crate::catalog::{CreateMode, DropBehavior, DropMode};
 use crate::error::Result;
+use crate::fields;
+
+fields!(CreateNamespaceRequest, "CreateNamespace", served: ["mode", "properties"]);
+fields!(DescribeNamespaceRequest, "DescribeNamespace", served: []);
+fields!(DropNamespaceRequest, "DropNamespace", served: ["mode", "behavior"]);
+fields!(NamespaceExistsRequest, "NamespaceExists", served: []);
 
 #[derive(Deserialize, Default)]
 pub struct PageQuery {
@@ -22,6 +28,8 @@ pub struct PageQuery {
     pub limit: Option<i64>,
     pub include_declared: Option<bool>,
 }
+// ListNamespaces, ListTables and ListAllTables (`include_declared` is the table lists').
+fields!(PageQuery, "a listing", served: ["page_token", "limit", "include_declared"]);
 
 impl PageQuery {
     /// `limit` as a count; absent (or 0 or less, which some clients send for "no limit") = all.

@@ -19,20 +19,42 @@ use super::{AppState, detached};
 use crate::access::Ctx;
 use crate::catalog::records::TableRecord;
 use crate::data::At;
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
+use crate::fields;
 
+fields!(DeclareTableRequest, "DeclareTable", served: ["location", "vend_credentials", "properties"]);
+fields!(RegisterTableRequest, "RegisterTable", served: ["location", "mode", "properties"]);
+fields!(DescribeTableRequest, "DescribeTable", served: [
+    "version", "tag", "branch", "with_table_uri", "load_detailed_metadata", "check_declared",
+    "vend_credentials",
+]);
+fields!(TableExistsRequest, "TableExists", served: ["version"]);
+fields!(DropTableRequest, "DropTable", served: []);
+fields!(DeregisterTableRequest, "DeregisterTable", served: []);
+
+/// ListAllTables (`GET /v1/table`). LanceDB's remote client sends the same request for the
+/// root's `table_names()`, and LanceDB's own server answers it with the root namespace's own
+/// tables, so that is what its dialect gets.
 pub async fn list_all(
     State(state): State<AppState>,
     ctx: Ctx,
     uri: Uri,
+    dialect: Dialect,
     QueryOf(q): QueryOf<PageQuery>,
 ) -> Result<Json<ListTablesResponse>> {
     let delimiter = delimiter_of(uri.query())?;
     let include_declared = q.include_declared.unwrap_or(true);
-    let listing = state
-        .catalog
-        .list_all_tables(&ctx, &delimiter, q.token(), q.limit(), include_declared)
-        .await?;
+    let listing = if dialect == Dialect::LanceDbRemote {
+        state
+            .catalog
+            .list_tables(&ctx, &[], q.token(), q.limit(), include_declared)
+            .await?
+    } else {
+        state
+            .catalog
+            .list_all_tables(&ctx, &delimiter, q.token(), q.limit(), include_declared)
+            .await?
+    };
     Ok(Json(ListTablesResponse {
         tables: listing.items,
         page_token: listing.next,
@@ -117,6 +139,9 @@ pub struct DescribeQuery {
     check_declared: Option<bool>,
     vend_credentials: Option<bool>,
 }
+fields!(DescribeQuery, "DescribeTable", served: [
+    "with_table_uri", "load_detailed_metadata", "check_declared", "vend_credentials",
+]);
 
 pub async fn describe(
     State(state): State<AppState>,
@@ -233,7 +258,30 @@ pub async fn exists(
     JsonBody(req): JsonBody<TableExistsRequest>,
 ) -> Result<StatusCode> {
     target.check_body_id(req.id.as_ref())?;
-    state.catalog.table_exists(&ctx, &target.id).await?;
+    let record = state.catalog.describe_table(&ctx, &target.id).await?;
+    // With a version: whether the table has it (a table that holds no data has none).
+    if let Some(version) = req.version {
+        let missing = || {
+            Error::new(
+                Code::TableNotFound,
+                format!("table '{}' has no version {version}", target.show()),
+            )
+        };
+        if !state.catalog.has_data(&record).await? {
+            return Err(missing());
+        }
+        let at = At::of(Some(version), None)?;
+        let (datasets, location) = (state.data.clone(), record.location.clone());
+        let found = datasets
+            .runtime()
+            .clone()
+            .run(async move { datasets.open(&location, &at).await.map(|_| ()) })
+            .await;
+        match found {
+            Err(e) if e.code == Code::TableVersionNotFound => return Err(missing()),
+            other => other?,
+        }
+    }
     Ok(StatusCode::OK)
 }
 
@@ -280,12 +328,15 @@ pub async fn deregister(
 
 /// RenameTable's body; `new_table_name` is required, so it is parsed here rather than
 /// through the generated model (which would need a `Default` for an absent body).
+/// LanceDB's remote client names the destination namespace `new_namespace`.
 #[derive(Deserialize, Default)]
 pub struct RenameBody {
     id: Option<Vec<String>>,
     new_table_name: Option<String>,
     new_namespace_id: Option<Vec<String>>,
+    new_namespace: Option<Vec<String>>,
 }
+fields!(RenameBody, "RenameTable", served: ["new_table_name", "new_namespace_id", "new_namespace"]);
 
 pub async fn rename(
     State(state): State<AppState>,
@@ -299,7 +350,14 @@ pub async fn rename(
         .filter(|n| !n.is_empty())
         .ok_or_else(|| Error::invalid("rename needs new_table_name"))?;
     crate::catalog::names::validate_name(&name)?;
-    let mut new_id = match req.new_namespace_id {
+    if let (Some(a), Some(b)) = (&req.new_namespace_id, &req.new_namespace)
+        && a != b
+    {
+        return Err(Error::invalid(
+            "new_namespace_id and new_namespace name different namespaces",
+        ));
+    }
+    let mut new_id = match req.new_namespace_id.or(req.new_namespace) {
         Some(ns) => {
             crate::catalog::names::validate_id(&ns, &target.delimiter)?;
             ns

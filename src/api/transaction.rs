@@ -10,7 +10,7 @@
 use std::future::Future;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use lance_namespace::models::{
     AlterTransactionRequest, AlterTransactionResponse, DescribeTransactionRequest,
     DescribeTransactionResponse,
@@ -18,11 +18,15 @@ use lance_namespace::models::{
 use tokio::task::JoinHandle;
 
 use super::AppState;
-use super::extract::JsonBody;
+use super::extract::{JsonBody, TransactionId};
 use crate::access::Ctx;
 use crate::catalog::Catalog;
 use crate::catalog::transactions::{Transaction, TransactionRecord, TxAction, TxStatus};
 use crate::error::{Code, Error, Result};
+use crate::fields;
+
+fields!(DescribeTransactionRequest, "DescribeTransaction", served: []);
+fields!(AlterTransactionRequest, "AlterTransaction", served: ["actions"]);
 
 /// How supervised work ended.
 enum Ended {
@@ -168,14 +172,28 @@ where
         .await
 }
 
+/// The transaction a body names must be the path's (the Lance client writes it as an id
+/// list joined with the delimiter).
+fn same_transaction(path: &str, body: Option<&Vec<String>>) -> Result<()> {
+    match body {
+        Some(parts) if !parts.is_empty() && parts.join("$") != path && parts.concat() != path => {
+            Err(Error::invalid(format!(
+                "the body names transaction {parts:?} but the path names '{path}'"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub async fn describe(
     State(state): State<AppState>,
     ctx: Ctx,
-    Path(id): Path<String>,
-    JsonBody(_req): JsonBody<DescribeTransactionRequest>,
+    TransactionId(id): TransactionId,
+    JsonBody(req): JsonBody<DescribeTransactionRequest>,
 ) -> Result<Json<DescribeTransactionResponse>> {
+    same_transaction(&id, req.id.as_ref())?;
     let record = current(&state, &ctx, &id, |r| {
-        super::data::index_committed(&state, &ctx, r)
+        super::data::indices::index_committed(&state, &ctx, r)
     })
     .await?;
     let (status, properties) = answer(record);
@@ -189,9 +207,10 @@ pub async fn describe(
 pub async fn alter(
     State(state): State<AppState>,
     ctx: Ctx,
-    Path(id): Path<String>,
+    TransactionId(id): TransactionId,
     JsonBody(req): JsonBody<AlterTransactionRequest>,
 ) -> Result<Json<AlterTransactionResponse>> {
+    same_transaction(&id, req.id.as_ref())?;
     let mut actions = Vec::new();
     for action in req.actions {
         let key_of = |key: Option<String>| {

@@ -14,6 +14,14 @@ use super::{AppState, detached};
 use crate::access::Ctx;
 use crate::catalog::versions::NewVersion;
 use crate::error::Result;
+use crate::fields;
+
+fields!(CreateTableVersionRequest, "CreateTableVersion", served: [
+    "version", "branch", "manifest_path", "manifest_size", "e_tag", "naming_scheme",
+], refused: [
+    ("metadata", "version metadata is not kept by lance-gateway: the manifest is the version's whole record"),
+]);
+fields!(BatchDeleteTableVersionsRequest, "BatchDeleteTableVersions", served: ["branch", "ranges"]);
 
 pub async fn create(
     State(state): State<AppState>,
@@ -26,6 +34,7 @@ pub async fn create(
         version: req.version,
         manifest_path: req.manifest_path,
         manifest_size: req.manifest_size,
+        e_tag: req.e_tag,
         naming_scheme: req.naming_scheme,
         branch: req.branch,
     };

@@ -45,8 +45,41 @@ impl Authenticator {
         }
     }
 
-    fn enabled(&self) -> bool {
+    pub fn enabled(&self) -> bool {
         self.keys.is_some() || self.oidc.is_some() || self.certificates
+    }
+
+    /// Whether a request with these headers, on a connection with this identity, carries no
+    /// credentials where authentication is configured: the spec then lets a body's
+    /// `identity` (`api_key`, `auth_token`) name the caller.
+    pub fn wants_body_identity(&self, headers: &HeaderMap, peer: Option<&PeerIdentity>) -> bool {
+        self.enabled()
+            && peer.is_none()
+            && !headers.contains_key("x-api-key")
+            && !headers.contains_key(axum::http::header::AUTHORIZATION)
+    }
+
+    /// The caller a body's `identity` names: its API key, else its bearer token, checked as
+    /// the same credentials in headers would be.
+    pub async fn authenticate_identity(
+        &self,
+        api_key: Option<&str>,
+        auth_token: Option<&str>,
+    ) -> Result<Principal> {
+        let mut headers = HeaderMap::new();
+        let value = |v: &str| {
+            axum::http::HeaderValue::from_str(v)
+                .map_err(|_| Self::refused("the identity in the body is not a valid credential"))
+        };
+        if let Some(key) = api_key.map(str::trim).filter(|k| !k.is_empty()) {
+            headers.insert("x-api-key", value(key)?);
+        } else if let Some(token) = auth_token.map(str::trim).filter(|t| !t.is_empty()) {
+            headers.insert(
+                axum::http::header::AUTHORIZATION,
+                value(&format!("Bearer {token}"))?,
+            );
+        }
+        self.authenticate(&headers, None).await
     }
 
     fn refused(why: impl Into<String>) -> Error {
@@ -59,6 +92,22 @@ impl Authenticator {
         headers: &HeaderMap,
         peer: Option<&PeerIdentity>,
     ) -> Result<Principal> {
+        // With no scheme configured every caller is served, and credentials a client sends
+        // anyway (LanceDB's remote client always sends a key) are ignored, as the reference
+        // server ignores them: said once in the log.
+        if !self.enabled() {
+            if headers.contains_key("x-api-key")
+                || headers.contains_key(axum::http::header::AUTHORIZATION)
+            {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::warn!(
+                        "a request carried credentials, but no authentication is configured                          (--api-keys, --oidc-issuer, --tls-client-ca): they are ignored and                          every caller is served"
+                    )
+                });
+            }
+            return Ok(Principal::anonymous("open"));
+        }
         let header = |name: &str| {
             headers
                 .get(name)
@@ -102,9 +151,6 @@ impl Authenticator {
                 groups: Vec::new(),
                 scheme: "certificate",
             });
-        }
-        if !self.enabled() {
-            return Ok(Principal::anonymous("open"));
         }
         if self.allow_anonymous {
             return Ok(Principal::anonymous("anonymous"));
@@ -190,13 +236,20 @@ mod tests {
                 .is_err(),
             "presented credentials must be valid even where anonymous callers are served"
         );
-        assert_eq!(
-            Authenticator::open()
-                .authenticate(&headers(&[]), None)
-                .await
-                .unwrap()
-                .scheme,
-            "open"
-        );
+        for sent in [
+            headers(&[]),
+            headers(&[("x-api-key", "sk-anything")]),
+            headers(&[("authorization", "Bearer whatever")]),
+        ] {
+            assert_eq!(
+                Authenticator::open()
+                    .authenticate(&sent, None)
+                    .await
+                    .unwrap()
+                    .scheme,
+                "open",
+                "an open gateway ignores credentials"
+            );
+        }
     }
 }

@@ -335,6 +335,12 @@ impl Catalog {
                     tracing::info!(location = %record.location, objects = removed, "deleted the data of a dropped table");
                 }
                 let cell = self.cell_of(&record.id)?;
+                if delete_data {
+                    // The receipts of its versions (`commits`) go with the data.
+                    self.store
+                        .delete_prefix(&Layout::commits_prefix(&cell, &record.data_key))
+                        .await?;
+                }
                 self.release_location(&cell, &record.data_key, &record.uid)
                     .await?;
             }

@@ -28,6 +28,7 @@
 
 pub mod authorize;
 pub mod claims;
+pub mod commits;
 pub mod fsck;
 pub mod intents;
 pub mod layout;
@@ -162,6 +163,8 @@ pub struct Catalog {
     started_ms: u64,
     /// The delimiter used in messages.
     delim: &'static str,
+    /// Managed tables' versions as this gateway has seen them (`commits`).
+    pub(crate) watch: commits::Watch,
 }
 
 /// How many records a listing without a limit returns per store round trip.
@@ -186,6 +189,7 @@ impl Catalog {
             managed_versioning: settings.managed_versioning,
             started_ms: now_ms(),
             delim: "$",
+            watch: commits::Watch::default(),
         };
         if !catalog.layout.endpoint_mode() {
             let key = Layout::cell_record("");

@@ -23,7 +23,14 @@ pub enum DropBehavior {
 }
 
 /// Folds the spellings clients use (`ExistOk`, `exist_ok`, `EXIST_OK`) into one word.
+/// LanceDB's Node client (0.31, remote) sends the mode JSON-encoded inside the string
+/// (`"\"ExistOk\""`): one pair of surrounding quotes is taken off.
 fn fold(mode: &str) -> String {
+    let mode = mode.trim();
+    let mode = mode
+        .strip_prefix('"')
+        .and_then(|m| m.strip_suffix('"'))
+        .unwrap_or(mode);
     mode.chars()
         .filter(|c| *c != '_' && *c != '-')
         .collect::<String>()
@@ -76,12 +83,17 @@ mod tests {
 
     #[test]
     fn modes_in_every_spelling() {
-        for m in ["ExistOk", "exist_ok", "EXIST_OK", "exist-ok"] {
+        for m in ["ExistOk", "exist_ok", "EXIST_OK", "exist-ok", "\"ExistOk\""] {
             assert_eq!(CreateMode::parse(Some(m)).unwrap(), CreateMode::ExistOk);
         }
         assert_eq!(CreateMode::parse(None).unwrap(), CreateMode::Create);
         assert!(CreateMode::parse(Some("sometimes")).is_err());
         assert_eq!(DropMode::parse(Some("SKIP")).unwrap(), DropMode::Skip);
+        assert_eq!(DropMode::parse(Some("\"Skip\"")).unwrap(), DropMode::Skip);
+        assert_eq!(
+            DropBehavior::parse(Some("\"Cascade\"")).unwrap(),
+            DropBehavior::Cascade
+        );
         assert_eq!(
             DropBehavior::parse(Some("Cascade")).unwrap(),
             DropBehavior::Cascade

@@ -32,6 +32,21 @@ pub fn parse_path_id(raw: &str, delimiter: &str) -> Result<Id> {
     split_id(&decoded, delimiter)
 }
 
+/// One path segment decoded as the Lance client encodes ids and index names: a `+` is a
+/// space, then percent-escapes.
+pub fn decode_path_segment(raw: &str) -> Result<String> {
+    let spaced = raw.replace('+', " ");
+    decode_percent(&spaced)
+}
+
+/// Percent-escapes alone decoded (a `+` stays a `+`).
+pub fn decode_percent(raw: &str) -> Result<String> {
+    percent_decode_str(raw)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| Error::invalid("the path is not valid UTF-8"))
+}
+
 /// Splits a decoded id string on the delimiter. The bare delimiter (or nothing) is the root.
 pub fn split_id(decoded: &str, delimiter: &str) -> Result<Id> {
     if delimiter.is_empty() {

@@ -74,6 +74,8 @@ pub struct NewVersion {
     /// The staging manifest, as the client's object store names it.
     pub manifest_path: String,
     pub manifest_size: Option<i64>,
+    /// The staged manifest's ETag as the client's object store reported it.
+    pub e_tag: Option<String>,
     pub naming_scheme: Option<String>,
     pub branch: Option<String>,
 }
@@ -196,13 +198,31 @@ impl Catalog {
         }
         let staging_key = format!("{dir}{in_dir}");
         let final_key = format!("{dir}{final_name}");
+        let branch = req.branch.as_deref();
 
-        let staged = self.store.get(&staging_key).await?.ok_or_else(|| {
-            Error::invalid(format!(
-                "the staged manifest '{}' does not exist",
-                req.manifest_path
-            ))
-        })?;
+        // The staged manifest and the latest published version do not depend on each other.
+        let (staged, latest) =
+            tokio::join!(self.store.get(&staging_key), self.latest_published(&dir));
+        let Some(staged) = staged? else {
+            // Gone: the gateway removes a staging manifest once it has published it, so
+            // this may be the client's own commit, retried after its answer was lost.
+            return match self.read_receipt(&record, branch, version).await? {
+                Some(receipt) if receipt.staged.as_deref() == Some(in_dir) => {
+                    Ok(CommittedVersion {
+                        version,
+                        manifest_path: receipt
+                            .manifest_path
+                            .unwrap_or_else(|| self.layout.store_path_of(&final_key)),
+                        size: receipt.size.unwrap_or_default(),
+                        e_tag: receipt.e_tag,
+                    })
+                }
+                _ => Err(Error::invalid(format!(
+                    "the staged manifest '{}' does not exist",
+                    req.manifest_path
+                ))),
+            };
+        };
         if let Some(size) = req.manifest_size
             && size != staged.body.len() as i64
         {
@@ -211,8 +231,19 @@ impl Catalog {
                 staged.body.len()
             )));
         }
+        // The client's ETag, where the store's are the client's own (S3): a staged manifest
+        // replaced since the client wrote it is not the one it means to commit.
+        if let Some(tag) = req.e_tag.as_deref().filter(|t| !t.is_empty())
+            && self.layout.shares_etags()
+            && tag.trim_matches('"') != staged.etag.trim_matches('"')
+        {
+            return Err(Error::invalid(format!(
+                "e_tag {tag} does not match the staged manifest's ({})",
+                staged.etag
+            )));
+        }
 
-        let latest = self.latest_published(&dir).await?;
+        let latest = latest?;
         let follows = match latest {
             Some(latest) => version == latest + 1,
             // The first version of the table, or of a branch (which starts at the version
@@ -240,16 +271,33 @@ impl Catalog {
             }
             Err(other) => return Err(other.into()),
         };
-        // Best effort: a staging manifest left behind is only garbage (Lance ignores it).
-        if let Err(e) = self.store.delete(&staging_key, Condition::None).await {
-            tracing::warn!(key = %staging_key, error = %e, "could not delete a published staging manifest");
-        }
-        Ok(CommittedVersion {
+        let committed = CommittedVersion {
             version,
             manifest_path: self.layout.store_path_of(&final_key),
             size: staged.body.len() as u64,
             e_tag: self.layout.shares_etags().then_some(etag),
-        })
+        };
+        // The receipt, before the staging manifest goes: one of the two always answers a
+        // retry (a gateway killed in between leaves the staging manifest).
+        let receipt = super::commits::Receipt {
+            format_version: super::records::FORMAT_VERSION,
+            table_uid: record.uid.clone(),
+            version,
+            staged: Some(in_dir.to_string()),
+            manifest_path: Some(committed.manifest_path.clone()),
+            size: Some(committed.size),
+            e_tag: committed.e_tag.clone(),
+            committed_at_ms: super::records::now_ms(),
+        };
+        self.write_receipt(&record, branch, &receipt).await?;
+        // After the answer: a staging manifest left behind is only garbage (Lance ignores it).
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.delete(&staging_key, Condition::None).await {
+                tracing::warn!(key = %staging_key, error = %e, "could not delete a published staging manifest");
+            }
+        });
+        Ok(committed)
     }
 
     /// A version already taken: the same bytes are the client's own commit retried (its

@@ -84,33 +84,51 @@ fn hnsw(req: &CreateTableIndexRequest) -> Result<HnswBuildParams> {
     Ok(hnsw)
 }
 
-fn fts(req: &CreateTableIndexRequest) -> Result<InvertedIndexParams> {
-    let mut params = InvertedIndexParams::default();
-    if let Some(tokenizer) = req.base_tokenizer.as_deref().filter(|t| !t.is_empty()) {
-        params = params.base_tokenizer(tokenizer.to_string());
+/// A full-text index's parameters, read from the request body by Lance's own parser, so
+/// every parameter Lance knows is served (the spec names eight; LanceDB's remote client
+/// sends all of Lance's). `None` unless the request builds a full-text index. A
+/// `max_token_length` of 0 (or less) is the spec clients' "no limit".
+pub fn fts_params(body: &serde_json::Value) -> Result<Option<InvertedIndexParams>> {
+    let kind = body
+        .get("index_type")
+        .and_then(|v| v.as_str())
+        .and_then(index_kind);
+    if kind != Some("FTS") {
+        return Ok(None);
     }
-    if let Some(language) = req.language.as_deref().filter(|l| !l.is_empty()) {
-        params = params.language(language).map_err(lance_error)?;
+    let mut fields = body.as_object().cloned().unwrap_or_default();
+    fields.retain(|_, v| !v.is_null());
+    if fields
+        .get("max_token_length")
+        .and_then(|v| v.as_i64())
+        .is_some_and(|n| n <= 0)
+    {
+        fields.remove("max_token_length");
     }
-    if let Some(with_position) = req.with_position {
-        params = params.with_position(with_position);
+    if fields
+        .get("base_tokenizer")
+        .and_then(|v| v.as_str())
+        .is_some_and(str::is_empty)
+    {
+        fields.remove("base_tokenizer");
     }
-    if let Some(max) = non_negative("max_token_length", req.max_token_length)? {
-        params = params.max_token_length(Some(max));
+    // The spec writes the language by name ("English", "french"): set through Lance's
+    // builder, which reads names in any case.
+    let language = match fields.remove("language") {
+        Some(serde_json::Value::String(l)) if !l.is_empty() => Some(l),
+        Some(serde_json::Value::String(_)) | None => None,
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "language must be a language's name, got {other}"
+            )));
+        }
+    };
+    let mut params: InvertedIndexParams = serde_json::from_value(fields.into())
+        .map_err(|e| Error::invalid("bad full-text index parameters").with_detail(e.to_string()))?;
+    if let Some(language) = language {
+        params = params.language(&language).map_err(lance_error)?;
     }
-    if let Some(lower) = req.lower_case {
-        params = params.lower_case(lower);
-    }
-    if let Some(stem) = req.stem {
-        params = params.stem(stem);
-    }
-    if let Some(stop) = req.remove_stop_words {
-        params = params.remove_stop_words(stop);
-    }
-    if let Some(fold) = req.ascii_folding {
-        params = params.ascii_folding(fold);
-    }
-    Ok(params)
+    Ok(Some(params))
 }
 
 /// Index types a request may name, in the spellings clients use.
@@ -137,6 +155,7 @@ fn index_kind(name: &str) -> Option<&'static str> {
 pub async fn create(
     mut dataset: Dataset,
     req: &CreateTableIndexRequest,
+    fts: Option<InvertedIndexParams>,
     scalar_only: bool,
     replace: bool,
 ) -> Result<u64> {
@@ -187,7 +206,7 @@ pub async fn create(
                 .await
         }
         "FTS" => {
-            let params = fts(req)?;
+            let params = fts.unwrap_or_default();
             dataset
                 .create_index(&columns, IndexType::Inverted, name, &params, replace)
                 .await
@@ -327,6 +346,21 @@ pub async fn stats(dataset: &Dataset, name: &str) -> Result<DescribeTableIndexSt
         num_indices: index.num_segments,
         ..Default::default()
     })
+}
+
+/// Loads index `name` into the gateway's cache (the Lance session every request shares), so
+/// the searches after it do not wait for it.
+pub async fn prewarm(dataset: &Dataset, name: &str) -> Result<()> {
+    let exists = dataset
+        .load_indices()
+        .await
+        .map_err(lance_error)?
+        .iter()
+        .any(|i| i.name == name);
+    if !exists {
+        return Err(not_found(name));
+    }
+    dataset.prewarm_index(name).await.map_err(lance_error)
 }
 
 /// Drops index `name`; answers the version that made.

@@ -66,6 +66,40 @@ impl At {
     }
 }
 
+/// Caps on data requests.
+#[derive(Clone, Copy, Debug)]
+pub struct DataLimits {
+    /// Largest Arrow upload (separate from the JSON body cap).
+    pub max_arrow_body_bytes: usize,
+    /// Most rows one query may return.
+    pub max_query_rows: usize,
+    /// Largest result one query may return, in bytes of Arrow memory.
+    pub max_query_bytes: usize,
+    /// How long an index build's request waits for it before answering its transaction id
+    /// and letting it go on (three quarters of the request timeout).
+    pub build_wait: std::time::Duration,
+}
+
+impl Default for DataLimits {
+    fn default() -> Self {
+        DataLimits {
+            max_arrow_body_bytes: 256 * 1024 * 1024,
+            max_query_rows: 1_000_000,
+            max_query_bytes: 256 * 1024 * 1024,
+            build_wait: std::time::Duration::from_secs(22),
+        }
+    }
+}
+
+impl DataLimits {
+    pub fn results(&self) -> read::ResultLimits {
+        read::ResultLimits {
+            max_rows: self.max_query_rows,
+            max_bytes: self.max_query_bytes,
+        }
+    }
+}
+
 /// Where data work runs: a runtime of its own, beside the one that serves requests.
 #[derive(Clone)]
 pub struct DataRuntime {

@@ -9,7 +9,7 @@ use arrow_ipc::writer::FileWriter;
 use arrow_schema::{DataType, Field};
 use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
-use lance::dataset::scanner::Scanner;
+use lance::dataset::scanner::{ColumnOrdering, Scanner};
 use lance::dataset::statistics::DatasetStatisticsExt;
 use lance::index::DatasetIndexExt;
 use lance::io::RecordBatchStream;
@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::lance_error;
-use crate::error::{Code, Error, Result};
+use crate::error::{Error, Result};
 
 /// A QueryTableRequest, read leniently: `vector` may be absent, `null`, `{}`, a bare list or
 /// a list of lists (LanceDB's remote client); `columns` may be a bare list of names.
@@ -48,6 +48,43 @@ pub struct Query {
     pub version: Option<i64>,
     pub with_row_id: Option<bool>,
     pub branch: Option<String>,
+    /// The table the body names (checked against the path).
+    pub id: Option<Vec<String>>,
+    /// LanceDB's remote client: `[{column_name, ascending, nulls_first}]`.
+    pub order_by: Option<Vec<Ordering>>,
+    /// LanceDB's remote client; refused when set (see `check`).
+    pub approx_mode: Option<Value>,
+    pub use_lsm: Option<bool>,
+}
+
+/// One ordering column, as LanceDB's remote client writes it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Ordering {
+    pub column_name: String,
+    #[serde(default = "yes")]
+    pub ascending: bool,
+    #[serde(default)]
+    pub nulls_first: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Refuses what a query asks for that the gateway does not serve (also inside
+/// ExplainTableQueryPlan's nested query, which the route's field check does not reach).
+pub fn check(query: &Query) -> Result<()> {
+    if query.approx_mode.as_ref().is_some_and(|m| !m.is_null()) {
+        return Err(Error::invalid(
+            "QueryTable does not serve the field `approx_mode`: only RQ-quantized indices (IVF_RQ) read it, and lance-gateway does not build them",
+        ));
+    }
+    if query.use_lsm == Some(true) {
+        return Err(Error::invalid(
+            "QueryTable does not serve the field `use_lsm`: lance-gateway tables have no MemWAL (LSM) to read",
+        ));
+    }
+    Ok(())
 }
 
 /// A `k` this large means "no limit".
@@ -456,6 +493,17 @@ pub fn scanner(dataset: Arc<Dataset>, query: &Query, limits: ResultLimits) -> Re
     if query.with_row_id == Some(true) {
         scan.with_row_id();
     }
+    if let Some(order) = query.order_by.as_ref().filter(|o| !o.is_empty()) {
+        let ordering = order
+            .iter()
+            .map(|o| ColumnOrdering {
+                ascending: o.ascending,
+                nulls_first: o.nulls_first,
+                column_name: o.column_name.clone(),
+            })
+            .collect();
+        scan.order_by(Some(ordering)).map_err(lance_error)?;
+    }
     Ok(scan)
 }
 
@@ -672,9 +720,16 @@ pub async fn stats(
     })
 }
 
-/// A table with no data, read: an empty answer rather than an error.
-pub fn no_data() -> Error {
-    Error::new(Code::InvalidTableState, "the table holds no data yet")
+/// GetTableStats of a table that holds no data yet.
+pub fn empty_stats() -> lance_namespace::models::GetTableStatsResponse {
+    use lance_namespace::models::{FragmentStats, FragmentSummary, GetTableStatsResponse};
+    GetTableStatsResponse {
+        fragment_stats: Box::new(FragmentStats {
+            lengths: Box::new(FragmentSummary::default()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

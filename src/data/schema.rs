@@ -77,7 +77,41 @@ pub struct Alteration {
     pub virtual_column: Option<Value>,
 }
 
-pub async fn alter_columns(mut dataset: Dataset, alterations: &[Alteration]) -> Result<u64> {
+/// A column type as a request writes it: the spec's JSON form (`{"type": "float32"}`) or
+/// Lance's own (`{"type": "float"}`, which LanceDB's remote client sends and the remote
+/// describe answers), tried in the order the client's dialect suggests.
+fn data_type(path: &str, json: &Value, lance_first: bool) -> Result<arrow_schema::DataType> {
+    type Reader = fn(&Value) -> std::result::Result<arrow_schema::DataType, String>;
+    fn spec(json: &Value) -> std::result::Result<arrow_schema::DataType, String> {
+        let json: JsonArrowDataType =
+            serde_json::from_value(json.clone()).map_err(|e| e.to_string())?;
+        lance_namespace::schema::convert_json_arrow_type(&json).map_err(|e| e.to_string())
+    }
+    fn lance(json: &Value) -> std::result::Result<arrow_schema::DataType, String> {
+        let json: lance::arrow::json::JsonDataType =
+            serde_json::from_value(json.clone()).map_err(|e| e.to_string())?;
+        arrow_schema::DataType::try_from(&json).map_err(|e| e.to_string())
+    }
+    let (first, second): (Reader, Reader) = if lance_first {
+        (lance, spec)
+    } else {
+        (spec, lance)
+    };
+    first(json).or_else(|first_error| {
+        second(json).map_err(|_| {
+            Error::invalid(format!(
+                "bad data_type for '{path}': not a type in the spec's JSON form or Lance's"
+            ))
+            .with_detail(first_error)
+        })
+    })
+}
+
+pub async fn alter_columns(
+    mut dataset: Dataset,
+    alterations: &[Alteration],
+    lance_types_first: bool,
+) -> Result<u64> {
     if alterations.is_empty() {
         return Err(Error::invalid(
             "alter_columns needs at least one alteration",
@@ -97,13 +131,7 @@ pub async fn alter_columns(mut dataset: Dataset, alterations: &[Alteration]) -> 
         change.rename = a.rename.clone().filter(|r| !r.trim().is_empty());
         change.nullable = a.nullable;
         if let Some(json) = a.data_type.as_ref().filter(|v| !v.is_null()) {
-            let json: JsonArrowDataType = serde_json::from_value(json.clone()).map_err(|e| {
-                Error::invalid(format!("bad data_type for '{}'", a.path)).with_detail(e.to_string())
-            })?;
-            let arrow = lance_namespace::schema::convert_json_arrow_type(&json).map_err(|e| {
-                Error::invalid(format!("bad data_type for '{}'", a.path)).with_detail(e.to_string())
-            })?;
-            change.data_type = Some(arrow);
+            change.data_type = Some(data_type(&a.path, json, lance_types_first)?);
         }
         changes.push(change);
     }
@@ -185,15 +213,15 @@ pub async fn update_field_metadata(
     Ok((dataset.version().version, fields))
 }
 
-/// Replaces the schema's metadata; answers what it now is.
+/// Replaces the schema's metadata; answers the version that made and what it now is.
 pub async fn replace_schema_metadata(
     mut dataset: Dataset,
     metadata: HashMap<String, String>,
-) -> Result<HashMap<String, String>> {
+) -> Result<(u64, HashMap<String, String>)> {
     dataset
         .update_schema_metadata(metadata)
         .replace()
         .await
         .map_err(lance_error)?;
-    Ok(dataset.schema().metadata.clone())
+    Ok((dataset.version().version, dataset.schema().metadata.clone()))
 }

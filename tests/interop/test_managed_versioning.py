@@ -96,6 +96,18 @@ def ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def removed_soon(objects: "Objects", location: str, path: str) -> bool:
+    """Whether `path` is gone within a few seconds: the gateway deletes a published staging
+    manifest right after its answer."""
+    import time
+    deadline = time.time() + 10
+    while objects.read(location, path) is not None:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def final_name(version: int) -> str:
     return f"{U64_MAX - version:020}.manifest"
 
@@ -126,8 +138,14 @@ def test_pylance_commits_every_version_through_the_gateway(managed):
 
     # What Lance sees on storage: four final manifests and no staging manifest left over.
     objects = Objects(managed)
-    manifests = [n for n in objects.versions_folder(location) if ".manifest" in n]
-    assert manifests == sorted(final_name(v) for v in (1, 2, 3, 4))
+    expected = sorted(final_name(v) for v in (1, 2, 3, 4))
+    import time
+    deadline = time.time() + 10  # staging manifests are deleted right after each answer
+    while (manifests := [n for n in objects.versions_folder(location) if ".manifest" in n]) != expected:
+        if time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert manifests == expected
     # The gateway's listing names the manifests as Lance's object store does.
     listed = ns.list_table_versions(ln.ListTableVersionsRequest(id=tid, descending=True, limit=1))
     assert [v.version for v in listed.versions] == [4]
@@ -253,7 +271,7 @@ def test_version_create_refuses_what_is_not_a_commit(managed):
     assert status == 200, body
     assert body["version"]["version"] == 2 and body["version"]["manifest_path"] == folder + final_name(2)
     assert body["version"]["manifest_size"] == len(v2)
-    assert objects.read(location, retried) is None
+    assert removed_soon(objects, location, retried), "the staging manifest was left behind"
     # Grants: a reader is refused; a caller with no grant is told the table (or, under a
     # bucket, its namespace) is not there.
     status, body, _ = version_create(managed, tid, {
@@ -340,3 +358,94 @@ def test_a_branch_commits_through_the_gateway(managed):
     listed = ns.list_table_versions(ln.ListTableVersionsRequest(id=tid, branch="exp", descending=True, limit=1))
     assert listed.versions[0].version == branch.version
     assert "/tree/exp/_versions/" in listed.versions[0].manifest_path
+
+
+def test_a_commit_retried_after_its_answer_was_lost_gets_the_same_answer(managed):
+    """A client whose CreateTableVersion answer was lost sends the identical request again:
+    it is told of the success it had (same version, same final manifest), also once the
+    gateway has removed the staging manifest. Another commit of that version is a rival's."""
+    ns = namespace(managed, "app")
+    tid = table_id(managed, "retry")
+    lance.write_dataset(data(10), namespace_client=ns, table_id=tid, mode="create")
+    location = describe(managed, tid)["location"]
+    objects = Objects(managed)
+    folder = objects.folder(location).rstrip("/") + "/_versions/"
+    v1 = objects.read(location, folder + final_name(1))
+    staged = f"{folder}{final_name(2)}-{uuid.uuid4()}"
+    objects.write(location, staged, v1 + b"2")
+    request = {"version": 2, "manifest_path": staged, "manifest_size": len(v1) + 1, "naming_scheme": "V2"}
+    status, first, _ = version_create(managed, tid, request)
+    assert status == 200, first
+    assert removed_soon(objects, location, staged), "the staging manifest was left behind"
+    status, again, _ = version_create(managed, tid, request)
+    assert status == 200, again
+    assert again["version"] == first["version"]
+    assert again["version"]["manifest_path"] == folder + final_name(2)
+    # Another staging manifest for the taken version, with other bytes: a rival's, 409.
+    rival = f"{folder}{final_name(2)}-{uuid.uuid4()}"
+    objects.write(location, rival, v1 + b"rival")
+    status, body, _ = version_create(managed, tid, {**request, "manifest_path": rival, "manifest_size": len(v1) + 5})
+    assert (status, body["code"]) == (409, 14), body
+    # A staging name that was never written is still a client's mistake, 400.
+    status, body, _ = version_create(managed, tid, {**request, "manifest_path": f"{folder}{final_name(2)}-{uuid.uuid4()}"})
+    assert (status, body["code"]) == (400, 13), body
+    assert objects.read(location, folder + final_name(2)) == v1 + b"2"
+
+
+@pytest.fixture(params=["local", "seaweedfs"])
+def managed_metered(request):
+    from conftest import free_port
+    port = free_port()
+    with keyed_gateway(request, "lg-bypass-", ("--managed-versioning", "true",
+                                               "--metrics-listen", f"127.0.0.1:{port}")) as gw:
+        gw["metrics"] = f"http://127.0.0.1:{port}/metrics"
+        yield gw
+
+
+def unmanaged_commits(managed) -> float:
+    import urllib.request
+    text = urllib.request.urlopen(managed["metrics"], timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith("lance_gateway_unmanaged_commits_total"):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_commits_behind_a_managed_tables_back_are_reported(managed_metered):
+    """A client that commits to `_versions/` itself (lance-ray does) bypasses the gateway's
+    ordering and grants: the next managed read shows the gateway a version it did not
+    commit, which it logs once per table and counts. Versions through the gateway (its
+    clients' commits and its own data operations) are not counted."""
+    import time
+    managed = managed_metered
+    ns = namespace(managed, "app")
+    tid = table_id(managed, "bypass")
+    lance.write_dataset(data(10), namespace_client=ns, table_id=tid, mode="create")
+    ns.insert_into_table(ln.InsertIntoTableRequest(id=tid), ipc(data(5, start=10)))
+    ds = lance.dataset(namespace_client=ns, table_id=tid)
+    assert ds.version == 2
+    lance.write_dataset(data(5, start=15), namespace_client=ns, table_id=tid, mode="append")
+    lance.dataset(namespace_client=ns, table_id=tid).count_rows()
+    time.sleep(6.5)
+    assert unmanaged_commits(managed) == 0, "versions through the gateway are not bypasses"
+
+    # Straight to storage, as lance-ray commits.
+    location = describe(managed, tid)["location"]
+    lance.write_dataset(data(5, start=20), location, mode="append", storage_options=managed["storage"] or {})
+    lance.write_dataset(data(5, start=25), location, mode="append", storage_options=managed["storage"] or {})
+    seen = lance.dataset(namespace_client=ns, table_id=tid)
+    assert seen.version == 5 and seen.count_rows() == 30
+    deadline = time.time() + 20
+    while time.time() < deadline and unmanaged_commits(managed) < 2:
+        time.sleep(0.5)
+    assert unmanaged_commits(managed) == 2
+    log = open(managed["gw"].log).read()
+    assert log.count("not committed through the gateway") == 1, log[-3000:]
+    # Once more behind its back: counted again, logged no more.
+    lance.write_dataset(data(5, start=30), location, mode="append", storage_options=managed["storage"] or {})
+    lance.dataset(namespace_client=ns, table_id=tid).count_rows()
+    deadline = time.time() + 20
+    while time.time() < deadline and unmanaged_commits(managed) < 3:
+        time.sleep(0.5)
+    assert unmanaged_commits(managed) == 3
+    assert open(managed["gw"].log).read().count("not committed through the gateway") == 1
