@@ -232,7 +232,6 @@ type WatchedFiles = Vec<(Vec<PathBuf>, Box<dyn Fn() + Send + Sync>)>;
 
 /// Reloads the grants, the API keys and the TLS files when one of them changes (checked
 /// every second) and on SIGHUP.
-
 fn watch_files(grants: Arc<Grants>, keys: Option<Arc<ApiKeys>>, tls: Option<Arc<Tls>>) {
     let mut watched: WatchedFiles = Vec::new();
     if let Some(path) = grants.path().map(|p| p.to_path_buf()) {

@@ -1,6 +1,7 @@
 //! Listings: the namespaces and tables of a namespace, and every table of the warehouse.
-//! Pages go through the store in key order with start-after; the page token is the last
-//! name returned. A create or rename that has committed but is not published yet is
+//! Pages go through the store in key order with start-after, and list in that order (a
+//! name's key is its key segment then `.json`, so `t-1` comes before `t`); the page token is
+//! the last name returned. A create or rename that has committed but is not published yet is
 //! listed from its pending entry, so a listing never misses what readers already see; the
 //! pending entries are read before the records (an entry goes only after its record is
 //! published, so whatever the first read misses, the second sees). A listing is not a
@@ -157,16 +158,17 @@ impl Catalog {
         token: Option<&str>,
     ) -> Result<Vec<(String, TableOrNamespace)>> {
         let page = self.store.list(prefix, None, PAGE, !recursive).await?;
-        let after = token.map(key_segment);
+        // Compared as the records' keys are (`<segment>.json`), the order pages follow.
+        let after = token.map(|t| format!("{}.json", key_segment(t)));
         let wanted: Vec<&String> = page
             .keys
             .iter()
             .filter(|k| k.ends_with(suffix))
             .filter(|k| {
                 recursive
-                    || after
-                        .as_ref()
-                        .is_none_or(|a| &k[prefix.len()..k.len() - suffix.len()] > a.as_str())
+                    || after.as_ref().is_none_or(|a| {
+                        format!("{}.json", &k[prefix.len()..k.len() - suffix.len()]) > *a
+                    })
             })
             .collect();
         let read = join_all(wanted.iter().map(|k| async move {
@@ -244,8 +246,9 @@ impl Catalog {
                     continue;
                 };
                 if keep(name.clone(), key.clone(), None).await? {
+                    // Sorted by key, the order the store lists in and start-after skips by.
                     found.push(Found {
-                        sort: key_segment(&name),
+                        sort: key.clone(),
                         shown: name,
                     });
                 }
@@ -261,7 +264,7 @@ impl Catalog {
             let Some(name) = Layout::name_of(&key, key_suffix(&key)) else {
                 continue;
             };
-            let sort = key_segment(&name);
+            let sort = format!("{prefix}{}.json", key_segment(&name));
             if bound.as_ref().is_some_and(|b| sort > *b) || found.iter().any(|f| f.sort == sort) {
                 continue;
             }

@@ -9,6 +9,14 @@ settle (recovery runs every second with a two-second grace period), every gatewa
 the final state, and the whole history, final reads included, must be linearizable.
 Then the warehouse itself is inspected: no intent is left, no two tables share or nest a
 folder, every folder claim belongs to a live table, and no temporary file is left.
+
+The `paged` pattern aims at paged listings: one namespace starts with four tables among six
+names (one of which continues another with "-", so its key sorts before the shorter name's),
+mutators race renames (within it, and into and out of a second namespace), declares and
+drops on those few names, and drops and creates of the two namespaces, and walkers list it
+with small limits, following each page token to the end, every page a request of its own
+(and so checked over its own time span). Its gateways run with a grace period long enough
+that rivals wait the full two seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ from linearizability import CONFLICT, Op, State, around, check
 # What every gateway of a history run is started with: recovery settles what a killed
 # gateway left two seconds after it was left, and sweeps every second.
 RECOVERY = ["--recovery-grace-secs", "2", "--recovery-interval-secs", "1"]
+# The same with the grace period long enough (a quarter of it is at least two seconds) that
+# a request meeting a rival waits the full two seconds before it answers 409 code 14, as in
+# production; nothing is killed under it, so nothing waits for a settler.
+RECOVERY_FULL_WAIT = ["--recovery-grace-secs", "8", "--recovery-interval-secs", "1"]
 REQUEST_TIMEOUT = 20.0
 
 
@@ -96,8 +108,8 @@ class Cluster:
     """N gateway processes over one warehouse, each on a port of its own that it keeps
     across restarts (so it keeps its node id)."""
 
-    def __init__(self, args: list[str], env: dict, n: int):
-        self.args, self.env = args + RECOVERY, env
+    def __init__(self, args: list[str], env: dict, n: int, recovery: list[str] = RECOVERY):
+        self.args, self.env = args + recovery, env
         self.ports = [free_port() for _ in range(n)]
         self.gateways: list[Gateway | None] = [start_gateway(self.args, env, port=p) for p in self.ports]
         self.all_logs = [gw.log for gw in self.gateways]
@@ -145,6 +157,9 @@ class Warehouse:
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{prefix}", recursive=True, allow_not_found=True))
         return sorted(i.path[len(self.base) + 1 :] for i in infos if i.type == pafs.FileType.File)
 
+    def delete(self, key: str):
+        self.fs.delete_file(f"{self.base}/{key}")
+
     def read_json(self, key: str) -> dict:
         with self.fs.open_input_stream(f"{self.base}/{key}") as f:
             return json.loads(f.read())
@@ -159,7 +174,14 @@ class Round:
     namespaces: list[str]
     tables: list[str]
     folders: list[str]
+    # "mixed" (every kind of request on every name) or "paged" (see the module's doc).
+    pattern: str = "mixed"
     ops: list[Op] = field(default_factory=list)
+    # Paged walks that ran to their last page, the pages they took, and how many of them
+    # took more than one.
+    walks: int = 0
+    pages: int = 0
+    long_walks: int = 0
     conflicts: int = 0
     not_sent: int = 0
     sent: int = 0
@@ -197,9 +219,10 @@ def random_op(rng: random.Random, r: Round) -> tuple[str, tuple]:
     return kind, (ns, t)
 
 
-def perform(cluster: Cluster, r: Round, proc: int, gw: int, kind: str, args: tuple) -> Op | None:
+def perform(cluster: Cluster, r: Round, proc: int, gw: int, kind: str, args: tuple, note: str | None = None) -> Op | None:
     """Sends one request and records it; returns the op (None when it was never sent or
-    answered 409 code 14, which claims nothing about state)."""
+    answered 409 code 14, which claims nothing about state). `note` is kept with the
+    answer (which walk a page belongs to), for reading a failure."""
     method, path, body = request_of(kind, args)
     start = time.monotonic() - r.clock0
     # The gateway logs every response with this id: `grep <prefix>-p<proc>-<n>` in its log.
@@ -213,7 +236,7 @@ def perform(cluster: Cluster, r: Round, proc: int, gw: int, kind: str, args: tup
             r.not_sent += 1
         return None
     except Lost:
-        op = Op(0, proc, kind, args, start, None, body={"request_id": request_id})
+        op = Op(0, proc, kind, args, start, None, body={"request_id": request_id, **({"walk": note} if note else {})})
         r.record(op)
         return op
     end = time.monotonic() - r.clock0
@@ -227,24 +250,82 @@ def perform(cluster: Cluster, r: Round, proc: int, gw: int, kind: str, args: tup
         return None
     # 503: the store failed or the request timed out; the change may land later.
     answer["request_id"] = request_id
+    if note:
+        answer["walk"] = note
     op = Op(0, proc, kind, args, start, None if status == 503 else end, status, code, answer)
     r.record(op)
+    return op
+
+
+def paged_op(rng: random.Random, r: Round) -> tuple[str, tuple]:
+    """A mutation of the paged pattern: renames, declares and drops on a few names of the
+    listed namespace (`namespaces[0]`), some renames into and out of the other one; and
+    drops and creates of the namespaces: a drop marks its namespace and waits for the
+    creates and renames in flight into it, which wait for its mark, so rivals wait each
+    other out (two seconds) and answer 409 code 14."""
+    listed, other = r.namespaces
+    kind = rng.choices(["rename", "declare", "drop", "deregister", "describe", "create_ns", "drop_ns"],
+                       weights=[40, 20, 12, 4, 6, 6, 6])[0]
+    if kind in ("create_ns", "drop_ns"):
+        return kind, (other if rng.random() < 0.7 else listed,)
+    ns = listed if rng.random() < 0.8 else other
+    t = rng.choice(r.tables)
+    if kind == "rename":
+        while True:
+            ns2 = other if (ns == listed and rng.random() < 0.3) else listed
+            t2 = rng.choice(r.tables)
+            if (ns2, t2) != (ns, t):
+                return kind, (ns, t, ns2, t2)
+    return kind, (ns, t)
+
+
+def walk(cluster: Cluster, r: Round, proc: int, gw: int, kind: str, args: tuple, rng: random.Random | None = None,
+         note: str | None = None) -> Op | None:
+    """A paginated walk: the first page is `args`; follow the token page by page, each page
+    one request. With `rng`, each page goes to a gateway of its own."""
+    op = perform(cluster, r, proc, gw, kind, args, note)
+    pages = 1
+    while op is not None and op.ret is not None and op.status == 200 and op.body.get("page_token"):
+        ns, _, limit, scope = args
+        args = (ns, op.body["page_token"], limit, scope)
+        if rng is not None:
+            gw = rng.randrange(len(cluster.ports))
+        op = perform(cluster, r, proc, gw, kind, args, note)
+        pages += 1
+    if op is not None and op.ret is not None and op.status == 200:
+        with r.lock:
+            r.walks += 1
+            r.pages += pages
+            r.long_walks += pages > 1
     return op
 
 
 def worker(cluster: Cluster, r: Round, proc: int, seed: int, until: float):
     rng = random.Random(seed)
     while time.monotonic() < until:
-        kind, args = random_op(rng, r)
+        kind, args = paged_op(rng, r) if r.pattern == "paged" else random_op(rng, r)
         gw = rng.randrange(len(cluster.ports))
-        op = perform(cluster, r, proc, gw, kind, args)
+        if kind in ("list_tables", "list_ns"):
+            op = walk(cluster, r, proc, gw, kind, args)
+        else:
+            op = perform(cluster, r, proc, gw, kind, args)
         if op is None and cluster.gateways[gw] is None:
             time.sleep(0.02)
-        # A paginated walk: follow the token page by page, each page one request.
-        while op is not None and kind in ("list_tables", "list_ns") and op.status == 200 and op.body.get("page_token"):
-            ns, _, limit, scope = args
-            args = (ns, op.body["page_token"], limit, scope)
-            op = perform(cluster, r, proc, gw, kind, args)
+
+
+def walker(cluster: Cluster, r: Round, proc: int, seed: int, until: float):
+    """Walks the listed namespace (now and then the other) with small limits, to the end."""
+    rng = random.Random(seed)
+    n = 0
+    while time.monotonic() < until:
+        ns = r.namespaces[0] if rng.random() < 0.9 else r.namespaces[1]
+        limit = rng.choice([1, 1, 2, 2, 3])
+        gw = rng.randrange(len(cluster.ports))
+        n += 1
+        walk(cluster, r, proc, gw, "list_tables", (ns, None, limit, None), rng if rng.random() < 0.5 else None,
+             note=f"p{proc}w{n}")
+        # A short pause keeps the history within what the checker searches quickly.
+        time.sleep(rng.uniform(0.0, 0.01))
 
 
 def killer(cluster: Cluster, seed: int, until: float):
@@ -367,25 +448,43 @@ def fsck_problems(cluster: Cluster) -> list[str]:
             if f["severity"] == "problem"]
 
 
+# The paged pattern's names. "t2-1" continues "t2" with "-": its record's key sorts before
+# t2's ("t2-1.json" < "t2.json"), so pages must keep to the order of the keys there too.
+PAGED_NAMES = ["t0", "t1", "t2", "t2-1", "t3", "t4"]
+
+
 def run_round(cluster: Cluster, wh: Warehouse, index: int, seed: int, seconds: float, workers: int, kills: bool,
-              on_start=None) -> Round:
+              on_start=None, pattern: str = "mixed", walkers: int = 0) -> Round:
     """One round; `on_start` is called once the round's namespaces and folders are set up,
-    just before the workload (the fault suite turns its faults on there)."""
+    just before the workload (the fault suite turns its faults on there). `walkers` threads
+    only walk listings (see `walker`), beside the `workers`."""
     prefix = f"h{seed % 10000}r{index}"
-    r = Round(prefix, [f"{prefix}a", f"{prefix}b"], ["t0", "t1", "t2"], [])
-    for i in range(2):
-        key = f"reg/{prefix}/f{i}.lance"
-        for rel, data in dataset_files().items():
-            wh.write(f"{key}/{rel}", data)
-        r.folders.append(wh.uri(key))
+    if pattern == "paged":
+        r = Round(prefix, [f"{prefix}a", f"{prefix}b"], list(PAGED_NAMES), [], pattern)
+    else:
+        r = Round(prefix, [f"{prefix}a", f"{prefix}b"], ["t0", "t1", "t2"], [])
+        for i in range(2):
+            key = f"reg/{prefix}/f{i}.lance"
+            for rel, data in dataset_files().items():
+                wh.write(f"{key}/{rel}", data)
+            r.folders.append(wh.uri(key))
     for ns in r.namespaces:
         status, body = call(cluster.ports[0], "POST", f"/v1/namespace/{enc([ns])}/create", {})
         assert status == 200, body
+    if pattern == "paged":
+        # Four tables to list from the start; these declares are part of the history.
+        r.clock0 = time.monotonic()
+        for t in r.tables[:4]:
+            op = perform(cluster, r, 999, 0, "declare", (r.namespaces[0], t))
+            assert op is not None and op.status == 200, op
     if on_start is not None:
         on_start()
-    r.clock0 = time.monotonic()
+    if pattern != "paged":
+        r.clock0 = time.monotonic()
     until = time.monotonic() + seconds
     threads = [threading.Thread(target=worker, args=(cluster, r, p, seed * 100 + p, until)) for p in range(workers)]
+    threads += [threading.Thread(target=walker, args=(cluster, r, 500 + p, seed * 100 + 50 + p, until))
+                for p in range(walkers)]
     if kills:
         threads.append(threading.Thread(target=killer, args=(cluster, seed * 100 + 99, until)))
     for t in threads:

@@ -13,6 +13,16 @@ Lowe's memoisation of (operations done, state) pairs.
   two points, a start and an end, both within the request: every name it lists existed at
   some moment between them, and every name that existed throughout them is listed (within
   the page's range of names).
+- Names are ordered as their records' keys are in the store (`list_order`), the order
+  pages follow: the same as the names' own order except where a name continues a shorter
+  one with `-` or an escaped character.
+- A paged walk (ListTables with a limit, following page tokens) is a sequence of such
+  requests, each checked over its own time span and its own range: after its token, up to
+  its last name when it hands out a token (which must be that last name), to the end when
+  it does not. The walk as a whole is no snapshot: a table renamed from ahead of the walk to
+  behind it between two pages is listed by neither, one renamed the other way by both. But
+  the ranges of a walk's pages cover every name, so a name that existed throughout the walk
+  is listed by some page.
 
 The model: a set of namespaces (all directly under the root) and a map of tables
 `(namespace, name) -> location` (a location is `None` when the create's answer was lost;
@@ -56,14 +66,18 @@ class State:
     """An immutable model state: namespaces, tables, folders whose dataset a drop deleted,
     and the open listings' accumulators."""
 
-    __slots__ = ("namespaces", "tables", "dead", "lists", "_hash")
+    __slots__ = ("namespaces", "tables", "dead", "lists", "_hash", "_names")
 
-    def __init__(self, namespaces: frozenset, tables: tuple, lists: tuple = (), dead: frozenset = frozenset()):
+    def __init__(self, namespaces: frozenset, tables: tuple, lists: tuple = (), dead: frozenset = frozenset(),
+                 _names: dict | None = None):
         self.namespaces = namespaces
         self.tables = tables  # sorted tuple of (ns, name, location)
         self.dead = dead
         self.lists = lists  # sorted tuple of (op id, target, ever, always)
         self._hash = hash((namespaces, tables, lists, dead))
+        # The names in each namespace, worked out once for these tables (shared by the
+        # states that differ only in their listings).
+        self._names = {} if _names is None else _names
 
     def __hash__(self):
         return self._hash
@@ -83,7 +97,10 @@ class State:
         return None
 
     def names_in(self, ns: str) -> frozenset:
-        return frozenset(t[1] for t in self.tables if t[0] == ns)
+        names = self._names.get(ns)
+        if names is None:
+            names = self._names[ns] = frozenset(t[1] for t in self.tables if t[0] == ns)
+        return names
 
     def locations(self) -> set:
         return {t[2] for t in self.tables}
@@ -96,10 +113,10 @@ class State:
         return State(frozenset(namespaces), self.tables, self.lists, self.dead)
 
     def with_lists(self, lists) -> "State":
-        return State(self.namespaces, self.tables, tuple(sorted(lists, key=lambda l: l[0])), self.dead)
+        return State(self.namespaces, self.tables, tuple(sorted(lists, key=lambda l: l[0])), self.dead, self._names)
 
     def with_dead(self, folder) -> "State":
-        return State(self.namespaces, self.tables, self.lists, self.dead | {folder})
+        return State(self.namespaces, self.tables, self.lists, self.dead | {folder}, self._names)
 
 
 def present(state: State, target) -> frozenset:
@@ -278,8 +295,34 @@ def step(state: State, op: Op, phase: str | None = None) -> list[State]:
         if not ok:
             return [rest]
         _, _, ever, always = opened[0]
-        return [rest] if page_explained(op, ever, always) else []
+        # The search asks again after every step placed elsewhere; most leave the
+        # listing's accumulators as they were.
+        key = (op.id, ever, always)
+        explained = _PAGES.get(key)
+        if explained is None:
+            explained = _PAGES[key] = page_explained(op, ever, always)
+        return [rest] if explained else []
     raise ValueError(f"unknown op kind {k}")
+
+
+def key_segment(name: str) -> str:
+    """A name as the catalog encodes it into one key segment (ASCII letters, digits, - and _
+    kept, everything else percent-encoded)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "".join(f"%{b:02X}" for b in c.encode())
+                   for c in name)
+
+
+def list_order(name: str) -> str:
+    """Where a name sorts in a listing: where its record's key sorts in the store (the name
+    as one key segment, then `.json`), the order listings page through with start-after.
+    For most names it is the order of the names; not when a name continues a shorter one
+    with `-` or an escaped character (`t-1.json` sorts before `t.json`)."""
+    return key_segment(name) + ".json"
+
+
+# Pages already judged against given accumulators, by (op id, ever, always); `check`
+# starts each search with it empty.
+_PAGES: dict = {}
 
 
 def page_explained(op: Op, ever: frozenset, always: frozenset) -> bool:
@@ -290,17 +333,25 @@ def page_explained(op: Op, ever: frozenset, always: frozenset) -> bool:
     raw = op.body.get("tables", op.body.get("namespaces", [])) or []
     if limit is not None and len(raw) > limit:
         return False
-    # The range a full page covers ends at its last name, whatever the scope.
-    upper = raw[-1] if op.body.get("page_token") and raw else None
+    # The range a full page covers ends at its last name, whatever the scope; the token
+    # that lets the next page go on is that name (else the next page's range would skip
+    # names no page is checked for).
+    token_out = op.body.get("page_token")
+    if token_out and (not raw or token_out != raw[-1]):
+        return False
+    upper = raw[-1] if token_out and raw else None
     items = [n for n in raw if scope is None or n.startswith(scope)]
     ever = {n for n in ever if scope is None or n.startswith(scope)}
     always = {n for n in always if scope is None or n.startswith(scope)}
-    if items != sorted(items) or len(set(items)) != len(items):
+    order = [list_order(n) for n in items]
+    if order != sorted(order) or len(set(items)) != len(items):
         return False
-    after = token or ""
-    if any(n <= after for n in items) or not set(items) <= ever:
+    after = list_order(token) if token else None
+    if (after is not None and any(o <= after for o in order)) or not set(items) <= ever:
         return False
-    in_range = {n for n in always if n > after and (upper is None or n <= upper)}
+    last = list_order(upper) if upper is not None else None
+    in_range = {n for n in always
+                if (after is None or list_order(n) > after) and (last is None or list_order(n) <= last)}
     return in_range <= set(items)
 
 
@@ -317,6 +368,8 @@ class Result:
     ok: bool
     explanation: str = ""
     linearized: int = 0
+    # When ok: the order found, as (op, phase, state after it), for reading a history.
+    order: list = field(default_factory=list)
 
 
 class _Entry:
@@ -329,8 +382,22 @@ class _Entry:
         self.match = self.prev = self.next = None
 
 
+def same_model(a: State, b: State) -> bool:
+    """Whether two states differ at most in their open listings."""
+    return (a.namespaces, a.tables, a.dead) == (b.namespaces, b.tables, b.dead)
+
+
 def check(ops: list[Op], initial: State, budget: int = 5_000_000) -> Result:
-    """Searches for a linearization of `ops` from `initial`."""
+    """Searches for a linearization of `ops` from `initial`.
+
+    A step that changes nothing but the open listings (a read, a refusal, the start or the
+    end of a listing) is placed as soon as it can be and never tried later instead: moving
+    such a step earlier, to where it can already be placed, leaves every other step's state
+    as it was, and starting a listing earlier or ending it as soon as its page is explained
+    only widens what the page may show. Without this, a long request (one that waited two
+    seconds for a rival) beside many short listings makes the search try every place for it
+    among them."""
+    _PAGES.clear()
     units = []  # (op, phase): a listing is two units
     for op in ops:
         if op.kind in ("list_tables", "list_ns"):
@@ -376,6 +443,8 @@ def check(ops: list[Op], initial: State, budget: int = 5_000_000) -> Result:
     state, done, cache, stack = initial, 0, set(), []
     entry = head.next
     deepest, stuck, steps = -1, None, 0
+    # Whether to place the steps that change nothing but listings before trying others.
+    sweep = True
 
     def place(e, nxt):
         nonlocal state, done, known_left
@@ -386,43 +455,74 @@ def check(ops: list[Op], initial: State, budget: int = 5_000_000) -> Result:
 
     while True:
         if known_left == 0:
-            return Result(True, linearized=bin(done).count("1"))
+            afters = [before for _, before, _, _, _ in stack[1:]] + [state]
+            order = [(e.op, e.phase, after) for (e, _, _, _, _), after in zip(stack, afters)]
+            return Result(True, linearized=bin(done).count("1"), order=order)
         steps += 1
         if steps > budget:
             return Result(False, "the search ran out of budget (the history is too concurrent to decide)")
-        if entry is not None and entry.is_call:
+        dead_end = False
+        if sweep:
+            # Every step that may come next and changes nothing but listings is placed now,
+            # wherever it is among them (see above); what is left to choose is the order of
+            # the changes.
+            sweep = False
+            e = head.next
+            while e is not None and e.is_call and known_left:
+                steps += 1
+                candidates = step(state, e.op, e.phase)
+                if len(candidates) == 1 and same_model(candidates[0], state):
+                    key = (done | (1 << e.index), candidates[0])
+                    if key in cache:
+                        # Explored from here before, in vain: so is this state.
+                        dead_end = True
+                        break
+                    cache.add(key)
+                    stack.append((e, state, candidates, 0, True))
+                    place(e, candidates[0])
+                    e = head.next
+                else:
+                    e = e.next
+            entry = head.next
+            if not dead_end:
+                continue
+        if not dead_end and entry is not None and entry.is_call:
             candidates = step(state, entry.op, entry.phase)
             for j, nxt in enumerate(candidates):
                 key = (done | (1 << entry.index), nxt)
                 if key not in cache:
                     cache.add(key)
-                    stack.append((entry, state, candidates, j))
+                    forced = len(candidates) == 1 and same_model(nxt, state)
+                    stack.append((entry, state, candidates, j, forced))
                     place(entry, nxt)
-                    entry = head.next
+                    entry, sweep = head.next, True
                     break
             else:
                 entry = entry.next
             continue
         # The return of an op not placed yet: undo choices until another one can be tried.
-        if entry is not None and len(stack) >= deepest:
+        if not dead_end and entry is not None and len(stack) >= deepest:
             deepest, stuck = len(stack), entry.op
         entry = None
         while entry is None:
             if not stack:
                 where = f"; the search got stuck at {stuck}" if stuck else ""
                 return Result(False, "no order of the operations explains every answer" + where, 0)
-            e, before, candidates, j = stack.pop()
+            e, before, candidates, j, forced = stack.pop()
             state, done = before, done & ~(1 << e.index)
             if e.op.ret is not None:
                 known_left += 1
             unlift(e)
+            if forced:
+                # Placed where it first could be: placing it later explains nothing more.
+                continue
             for jj in range(j + 1, len(candidates)):
                 key = (done | (1 << e.index), candidates[jj])
                 if key not in cache:
                     cache.add(key)
-                    stack.append((e, before, candidates, jj))
+                    stack.append((e, before, candidates, jj, False))
                     place(e, candidates[jj])
-                    entry = head.next
+                    entry, sweep = head.next, True
                     break
             else:
                 entry = e.next

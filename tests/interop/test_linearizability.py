@@ -173,3 +173,91 @@ def test_a_dropped_folder_holds_no_dataset_to_register():
     assert h.ok()
     h.add("register", ("a", "v", "F"), 6, 7, location="F")
     assert not h.ok()
+
+
+def four_tables(names=("t0", "t1", "t2", "t3")):
+    h = History()
+    for i, n in enumerate(names):
+        h.add("declare", ("a", n), 0, 1, location=f"L{i}")
+    return h
+
+
+def test_each_page_of_a_walk_is_checked_over_its_own_request():
+    # The reported shape: four tables, a walk with limit 1 that answers one table. Its second
+    # page claims the end of the namespace while t1..t3 existed throughout that request.
+    h = four_tables()
+    h.add("list_tables", ("a", None, 1, None), 2, 3, tables=["t0"], page_token="t0")
+    h.add("list_tables", ("a", "t0", 1, None), 4, 5, tables=[])
+    assert not h.ok()
+    # The same walk with limit 2: its second page misses t2 and t3.
+    h = four_tables()
+    h.add("list_tables", ("a", None, 2, None), 2, 3, tables=["t0", "t1"], page_token="t1")
+    h.add("list_tables", ("a", "t1", 2, None), 4, 5, tables=[])
+    assert not h.ok()
+
+
+def test_a_walk_is_no_snapshot():
+    # The three tables ahead of the walk are renamed behind it between its pages: the walk
+    # answers one table while four are present throughout, and every page is right.
+    h = four_tables(("b", "c", "d", "e"))
+    h.add("list_tables", ("a", None, 1, None), 2, 3, tables=["b"], page_token="b")
+    for i, (src, dst) in enumerate([("c", "a1"), ("d", "a2"), ("e", "a3")]):
+        h.add("rename", ("a", src, "a", dst), 3.1 + i * 0.2, 3.2 + i * 0.2)
+    h.add("list_tables", ("a", "b", 1, None), 4, 5, tables=[])
+    assert h.ok()
+    # A table renamed ahead of the walk is listed twice.
+    h = four_tables()
+    h.add("list_tables", ("a", None, 2, None), 2, 3, tables=["t0", "t1"], page_token="t1")
+    h.add("rename", ("a", "t0", "a", "t9"), 3.2, 3.4)
+    h.add("list_tables", ("a", "t1", 2, None), 4, 5, tables=["t2", "t3"], page_token="t3")
+    h.add("list_tables", ("a", "t3", 2, None), 6, 7, tables=["t9"])
+    assert h.ok()
+
+
+def test_a_page_overlapping_a_rename_may_miss_both_names_but_a_later_one_may_not():
+    h = four_tables()
+    h.add("list_tables", ("a", None, 2, None), 2, 3, tables=["t0", "t1"], page_token="t1")
+    h.add("rename", ("a", "t2", "a", "t5"), 3.5, 4.5)
+    h.add("list_tables", ("a", "t1", 2, None), 4, 5, tables=["t3"])
+    assert h.ok(), "the page overlapped the rename: neither name existed throughout it"
+    h.add("list_tables", ("a", "t1", 2, None), 6, 7, tables=["t3"])
+    assert not h.ok(), "t5 existed throughout the later page"
+
+
+def test_a_page_token_is_the_last_name_of_its_page():
+    # A token beyond the page's last name would let the next page skip names unchecked.
+    h = four_tables()
+    h.add("list_tables", ("a", None, 1, None), 2, 3, tables=["t0"], page_token="t2")
+    h.add("list_tables", ("a", "t2", 1, None), 4, 5, tables=["t3"])
+    assert not h.ok()
+    h = four_tables()
+    h.add("list_tables", ("a", None, 1, None), 2, 3, tables=[], page_token="t0")
+    assert not h.ok()
+
+
+def test_pages_are_in_the_order_of_the_keys():
+    # "t-1.json" sorts before "t.json": a walk lists t-1 before t, and a page after the token
+    # "t-1" that lists t is within its range.
+    h = History()
+    for i, n in enumerate(["t", "t-1", "u"]):
+        h.add("declare", ("a", n), 0, 1, location=f"L{i}")
+    h.add("list_tables", ("a", None, 1, None), 2, 3, tables=["t-1"], page_token="t-1")
+    h.add("list_tables", ("a", "t-1", 1, None), 4, 5, tables=["t"], page_token="t")
+    h.add("list_tables", ("a", "t", 1, None), 6, 7, tables=["u"])
+    h.add("list_tables", ("a", None, None, None), 8, 9, tables=["t-1", "t", "u"])
+    assert h.ok()
+    # What the gateway answers today: a page in the names' order, the next one after its
+    # token in the keys' order (t listed twice, and out of order).
+    h = History()
+    for i, n in enumerate(["t", "t-1", "u"]):
+        h.add("declare", ("a", n), 0, 1, location=f"L{i}")
+    h.add("list_tables", ("a", None, 2, None), 2, 3, tables=["t", "t-1"], page_token="t-1")
+    assert not h.ok()
+    # A page after the token "t" that leaves out t-1 misses nothing: t-1 sorts before t.
+    h = History()
+    for i, n in enumerate(["t", "t-1", "u"]):
+        h.add("declare", ("a", n), 0, 1, location=f"L{i}")
+    h.add("list_tables", ("a", "t", 2, None), 2, 3, tables=["u"])
+    assert h.ok()
+    h.add("list_tables", ("a", "t-1", 2, None), 4, 5, tables=["u"])
+    assert not h.ok(), "t sorts after t-1 and existed throughout"
