@@ -152,6 +152,20 @@ def test_an_unknown_api_key_is_refused(remote):
         db.create_table(unique("nope"), data(3), namespace_path=remote["base"] or None)
 
 
+def test_an_open_gateway_serves_the_remote_client_whatever_key_it_sends(warehouse):
+    """LanceDB's remote client always sends a key; a gateway with no authentication
+    configured (`scripts/serve`) ignores it, as the reference server does, and serves it."""
+    top = warehouse.id(unique("open"))
+    ln.connect("rest", {"uri": warehouse.uri}).create_namespace(ln.CreateNamespaceRequest(id=top))
+    db = lancedb.connect("db://gateway", api_key="sk-whatever-the-user-had", host_override=warehouse.uri,
+                         region="us-east-1")
+    table = db.create_table("t", data(20), namespace_path=top)
+    assert table.count_rows("id < 5") == 5
+    assert "t" in db.table_names(namespace_path=top)
+    log = open(warehouse.gateway.log).read()
+    assert log.count("no authentication is configured") == 1, "said once in the log"
+
+
 def test_query_pushdown_runs_on_the_gateway(warehouse):
     ns = ln.connect("rest", {"uri": warehouse.uri})
     top = warehouse.id(unique("push"))
