@@ -21,7 +21,9 @@
 //! | `lance_gateway_sts_requests_total` | outcome | AssumeRole calls made (cache misses): `ok`, `error` |
 //! | `lance_gateway_unmanaged_commits_total` | | versions of managed tables committed behind the gateway's back (with no commit receipt) |
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -29,7 +31,10 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{
+    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS: &str = "lance_gateway_requests_total";
@@ -143,55 +148,147 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, String> {
 }
 
 /// Middleware: counts and times every request by its route template (never the raw path,
-/// whose ids would make a series per table).
+/// whose ids would make a series per table). The series' handles are made the first time a
+/// route, method and status are seen and kept: a request then costs a read lock on a map,
+/// two atomic additions and a histogram push, with no label built or hashed by the recorder.
 pub async fn track(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
-    // Any token is a valid method: only the ones the API knows get a series of their own.
-    let method: &'static str = match req.method().as_str() {
-        "GET" => "GET",
-        "POST" => "POST",
-        "PUT" => "PUT",
-        "DELETE" => "DELETE",
-        "HEAD" => "HEAD",
-        "OPTIONS" => "OPTIONS",
-        "PATCH" => "PATCH",
-        _ => "other",
-    };
+    let route = route_series(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
+    let method = method_index(req.method());
     let started = Instant::now();
     // Decremented on drop: a request whose client goes away is cancelled mid-await.
     let _in_flight = InFlight::enter();
     let response = next.run(req).await;
-    let status = response.status().as_u16().to_string();
-    histogram!(REQUEST_SECONDS, "route" => route.clone(), "method" => method)
-        .record(started.elapsed().as_secs_f64());
-    counter!(REQUESTS, "route" => route, "method" => method, "status" => status).increment(1);
+    let series = route.of(method);
+    series.duration.record(started.elapsed().as_secs_f64());
+    series.answered(route.route.as_str(), method, response.status().as_u16());
     response
+}
+
+/// The methods that get a series of their own; any other token counts as `other`.
+const METHODS: [&str; 8] = [
+    "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "other",
+];
+
+fn method_index(method: &axum::http::Method) -> usize {
+    METHODS[..7]
+        .iter()
+        .position(|m| *m == method.as_str())
+        .unwrap_or(7)
+}
+
+/// One route template's series, a slot per method, each made on first use.
+struct RouteSeries {
+    route: String,
+    methods: [OnceLock<MethodSeries>; 8],
+}
+
+struct MethodSeries {
+    duration: Histogram,
+    /// Counters by status: a handful per route, looked up by a linear scan.
+    answered: RwLock<Vec<(u16, Counter)>>,
+}
+
+impl RouteSeries {
+    fn of(&self, method: usize) -> &MethodSeries {
+        self.methods[method].get_or_init(|| MethodSeries {
+            duration: histogram!(REQUEST_SECONDS, "route" => self.route.clone(), "method" => METHODS[method]),
+            answered: RwLock::new(Vec::new()),
+        })
+    }
+}
+
+impl MethodSeries {
+    fn answered(&self, route: &str, method: usize, status: u16) {
+        let known = |list: &Vec<(u16, Counter)>| {
+            list.iter()
+                .find(|(s, _)| *s == status)
+                .map(|(_, c)| c.clone())
+        };
+        let found = known(&self.answered.read().unwrap_or_else(|e| e.into_inner()));
+        let counter = found.unwrap_or_else(|| {
+            let mut list = self.answered.write().unwrap_or_else(|e| e.into_inner());
+            known(&list).unwrap_or_else(|| {
+                let made = counter!(REQUESTS, "route" => route.to_string(), "method" => METHODS[method], "status" => status.to_string());
+                list.push((status, made.clone()));
+                made
+            })
+        });
+        counter.increment(1);
+    }
+}
+
+/// The series of a route template (`unmatched` for requests no route took), made once.
+fn route_series(route: Option<&str>) -> Arc<RouteSeries> {
+    static ROUTES: LazyLock<RwLock<HashMap<String, Arc<RouteSeries>>>> =
+        LazyLock::new(Default::default);
+    let route = route.unwrap_or("unmatched");
+    if let Some(found) = ROUTES.read().unwrap_or_else(|e| e.into_inner()).get(route) {
+        return found.clone();
+    }
+    ROUTES
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(route.to_string())
+        .or_insert_with(|| {
+            Arc::new(RouteSeries {
+                route: route.to_string(),
+                methods: Default::default(),
+            })
+        })
+        .clone()
 }
 
 /// A request counted in flight until dropped.
 struct InFlight;
 
+static IN_FLIGHT_GAUGE: LazyLock<Gauge> = LazyLock::new(|| gauge!(IN_FLIGHT));
+
 impl InFlight {
     fn enter() -> Self {
-        gauge!(IN_FLIGHT).increment(1.0);
+        IN_FLIGHT_GAUGE.increment(1.0);
         InFlight
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        gauge!(IN_FLIGHT).decrement(1.0);
+        IN_FLIGHT_GAUGE.decrement(1.0);
     }
 }
 
-/// One store call's outcome.
+/// Handles made once per key: the first use registers the series with the recorder, every
+/// later one finds the handle under a read lock.
+struct Handles<K, H>(LazyLock<RwLock<HashMap<K, H>>>);
+
+impl<K: std::hash::Hash + Eq + Copy, H: Clone> Handles<K, H> {
+    const fn new() -> Self {
+        Handles(LazyLock::new(Default::default))
+    }
+
+    fn get(&self, key: K, make: impl FnOnce() -> H) -> H {
+        if let Some(found) = self.0.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return found.clone();
+        }
+        self.0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_insert_with(make)
+            .clone()
+    }
+}
+
+/// One store call's outcome, under handles kept per operation and outcome.
 pub fn store_op(op: &'static str, outcome: &'static str, took: Duration) {
-    counter!(STORE_OPS, "op" => op, "outcome" => outcome).increment(1);
-    histogram!(STORE_SECONDS, "op" => op).record(took.as_secs_f64());
+    static STORE: Handles<(&str, &str), (Counter, Histogram)> = Handles::new();
+    let (count, time) = STORE.get((op, outcome), || {
+        (
+            counter!(STORE_OPS, "op" => op, "outcome" => outcome),
+            histogram!(STORE_SECONDS, "op" => op),
+        )
+    });
+    count.increment(1);
+    time.record(took.as_secs_f64());
 }
 
 pub fn sweep(ok: bool) {
@@ -203,7 +300,12 @@ pub fn settled(ok: bool) {
 }
 
 pub fn authentication(scheme: &'static str, allowed: bool) {
-    counter!(AUTHENTICATIONS, "scheme" => scheme, "decision" => if allowed { "allow" } else { "deny" })
+    // Counted on every request: kept as handles like the request series.
+    static DECISIONS: Handles<(&str, bool), Counter> = Handles::new();
+    DECISIONS
+        .get((scheme, allowed), || {
+            counter!(AUTHENTICATIONS, "scheme" => scheme, "decision" => if allowed { "allow" } else { "deny" })
+        })
         .increment(1);
 }
 

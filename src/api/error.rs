@@ -11,10 +11,11 @@ use crate::error::{Code, Error};
 /// What an error's answer needs to know of the request being served.
 #[derive(Clone, Default)]
 pub struct Served {
-    /// The path: the error's `instance`.
-    pub path: String,
+    /// The request's URI, whose path is the error's `instance` (kept as the request's own
+    /// shared bytes: most requests never need it).
+    pub uri: axum::http::Uri,
     /// The request id, which a client quotes when it reports a server error.
-    pub request_id: String,
+    pub request_id: Option<HeaderValue>,
     /// Whether the caller is LanceDB's remote client (`extract::Dialect::LanceDbRemote`).
     pub remote: bool,
 }
@@ -40,10 +41,15 @@ fn remote_status(code: Code, status: StatusCode) -> StatusCode {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let Served {
-            path,
+            uri,
             request_id,
             remote,
         } = REQUEST.try_with(Clone::clone).unwrap_or_default();
+        let request_id = request_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-");
+        let path = uri.path();
         let mut status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if remote {
@@ -63,7 +69,10 @@ impl IntoResponse for Error {
             error: Some(self.message),
             code: self.code as i32,
             detail,
-            instance: Some(path).filter(|p| !p.is_empty()),
+            // A default (no request in scope) URI's path is `/`: no instance then.
+            instance: Some(path)
+                .filter(|p| !p.is_empty() && *p != "/")
+                .map(str::to_string),
         };
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
         let mut response = (status, bytes).into_response();

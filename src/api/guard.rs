@@ -78,7 +78,7 @@ pub(crate) fn closing(mut response: Response) -> Response {
 }
 
 pub(crate) async fn guard(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let path = req.uri().path().to_string();
+    let path = req.uri().path();
     if path == "/healthz" || path == "/readyz" {
         return next.run(req).await;
     }
@@ -88,9 +88,14 @@ pub(crate) async fn guard(State(state): State<AppState>, mut req: Request, next:
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-")
         .to_string();
-    let delimiter = super::extract::delimiter_of(req.uri().query()).unwrap_or_else(|_| "$".into());
-    let (operation, id, read) = route_of(&path, &delimiter);
-    let mutation = req.method() == Method::POST && !read;
+    // What the audit line names: worked out only when there is an audit log to write.
+    let audited = state.audit.enabled().then(|| {
+        let delimiter =
+            super::extract::delimiter_of(req.uri().query()).unwrap_or_else(|_| "$".into());
+        let (operation, id, read) = route_of(path, &delimiter);
+        let mutation = req.method() == Method::POST && !read;
+        (operation, id, mutation)
+    });
     let peer = req.extensions().get::<PeerIdentity>().cloned();
     let authenticated = if state.auth.wants_body_identity(req.headers(), peer.as_ref())
         && req.method() == Method::POST
@@ -119,17 +124,19 @@ pub(crate) async fn guard(State(state): State<AppState>, mut req: Request, next:
         }
         Err(error) => {
             crate::telemetry::authentication("none", false);
-            state.audit.record(Event {
-                request_id,
-                principal: "-".into(),
-                scheme: "none".into(),
-                operation,
-                id,
-                decision: "deny",
-                status: 401,
-                reason: Some(error.message.clone()),
-                ..Default::default()
-            });
+            if let Some((operation, id, _)) = audited {
+                state.audit.record(Event {
+                    request_id,
+                    principal: "-".into(),
+                    scheme: "none".into(),
+                    operation,
+                    id,
+                    decision: "deny",
+                    status: 401,
+                    reason: Some(error.message.clone()),
+                    ..Default::default()
+                });
+            }
             let drained = drain(req.into_body()).await;
             let response = error.into_response();
             return if drained { response } else { closing(response) };
@@ -138,7 +145,7 @@ pub(crate) async fn guard(State(state): State<AppState>, mut req: Request, next:
     let ctx = Ctx::new(principal, request_id);
     req.extensions_mut().insert(ctx.clone());
     let response = next.run(req).await;
-    if state.audit.enabled() {
+    if let Some((operation, id, mutation)) = audited {
         let notes = ctx.notes_taken();
         let status = response.status().as_u16();
         let denied = notes.denied.is_some() || status == 401 || status == 403;

@@ -21,7 +21,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use tower::ServiceBuilder;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
@@ -186,11 +188,9 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .with_state(state.clone())
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state, guard::guard))
-        .layer(middleware::from_fn(announce_version))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
-            with_timeout(req, next, timeout)
-        }))
-        .layer(middleware::from_fn(scope_request_path));
+            frame(req, next, timeout)
+        }));
     let routes = if limits.metrics {
         routes.layer(middleware::from_fn(crate::telemetry::track))
     } else {
@@ -198,7 +198,7 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
     };
     routes.layer(
             ServiceBuilder::new()
-                .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+                .layer(SetRequestIdLayer::new(REQUEST_ID, RequestIds::default()))
                 .layer(
                     TraceLayer::new_for_http().make_span_with(|req: &Request| {
                         let id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
@@ -208,6 +208,23 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
                 )
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
         )
+}
+
+/// Request ids: this process's random prefix and a counter, in 32 hex digits (a UUID's
+/// length), unique across gateways without a random draw per request (a UUID v4 costs a
+/// `getrandom` system call each).
+#[derive(Clone, Default)]
+struct RequestIds;
+
+impl MakeRequestId for RequestIds {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        static PREFIX: std::sync::LazyLock<u64> =
+            std::sync::LazyLock::new(|| uuid::Uuid::new_v4().as_u64_pair().0);
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("{:016x}{n:016x}", *PREFIX);
+        HeaderValue::from_str(&id).ok().map(RequestId::new)
+    }
 }
 
 /// Runs a catalog change to its end even when the client goes away or the request times out
@@ -228,9 +245,27 @@ where
 /// queries; 0.4 would add multipart writes and 0.5 blobs, which lance-gateway does not serve.
 const LANCEDB_SERVER_VERSION: HeaderValue = HeaderValue::from_static("0.3.0");
 
-async fn announce_version(req: Request, next: Next) -> Response {
+/// What every request runs inside, in one layer: what error answers need of it recorded
+/// (`error::Served`), the request timeout, and the server version LanceDB's remote client
+/// reads from every answer.
+async fn frame(req: Request, next: Next, timeout: Duration) -> Response {
     let remote = req.headers().contains_key(extract::LANCEDB_DATABASE);
-    let mut response = next.run(req).await;
+    let served = error::Served {
+        uri: req.uri().clone(),
+        request_id: req.headers().get(&REQUEST_ID).cloned(),
+        remote: extract::Dialect::of(req.headers()) == extract::Dialect::LanceDbRemote,
+    };
+    let answer = async move {
+        match tokio::time::timeout(timeout, next.run(req)).await {
+            Ok(response) => response,
+            Err(_) => Error::unavailable(format!(
+                "the request took longer than {}s",
+                timeout.as_secs()
+            ))
+            .into_response(),
+        }
+    };
+    let mut response = error::REQUEST.scope(served, answer).await;
     if remote {
         response.headers_mut().insert(
             HeaderName::from_static("phalanx-version"),
@@ -238,32 +273,6 @@ async fn announce_version(req: Request, next: Next) -> Response {
         );
     }
     response
-}
-
-/// Runs the rest of the request with what error answers need of it recorded.
-async fn scope_request_path(req: Request, next: Next) -> Response {
-    let served = error::Served {
-        path: req.uri().path().to_string(),
-        request_id: req
-            .headers()
-            .get(&REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_string(),
-        remote: extract::Dialect::of(req.headers()) == extract::Dialect::LanceDbRemote,
-    };
-    error::REQUEST.scope(served, next.run(req)).await
-}
-
-async fn with_timeout(req: Request, next: Next, timeout: Duration) -> Response {
-    match tokio::time::timeout(timeout, next.run(req)).await {
-        Ok(response) => response,
-        Err(_) => Error::unavailable(format!(
-            "the request took longer than {}s",
-            timeout.as_secs()
-        ))
-        .into_response(),
-    }
 }
 
 /// Collapses repeated slashes and drops a trailing one before routing: the Lance client

@@ -102,7 +102,9 @@ impl Authenticator {
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
                     tracing::warn!(
-                        "a request carried credentials, but no authentication is configured                          (--api-keys, --oidc-issuer, --tls-client-ca): they are ignored and                          every caller is served"
+                        "a request carried credentials, but no authentication is configured \
+                         (--api-keys, --oidc-issuer, --tls-client-ca): they are ignored and \
+                         every caller is served"
                     )
                 });
             }
