@@ -181,10 +181,19 @@ impl World {
     }
 
     /// The intents and pending entries left anywhere in the warehouse.
+    /// The pending entries and drop intents left once what runs after the answers has run
+    /// (a table create deletes its committed entry just after it answers): looked for
+    /// again for up to five seconds while any are there.
     async fn intents_left(&self) -> Vec<String> {
-        let mut left = self.keys(&Layout::all_pending_prefix(&self.cell())).await;
-        left.extend(self.keys(&Layout::drops_prefix(&self.cell())).await);
-        left
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut left = self.keys(&Layout::all_pending_prefix(&self.cell())).await;
+            left.extend(self.keys(&Layout::drops_prefix(&self.cell())).await);
+            if left.is_empty() || std::time::Instant::now() > deadline {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// An intent as a killed gateway leaves it: started long ago unless `fresh`.

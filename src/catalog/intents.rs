@@ -350,6 +350,31 @@ impl Catalog {
         Ok(())
     }
 
+    /// The owner's end of a committed table create: the record is published, and the
+    /// committed entry at `key` (at `etag`) is removed in the background (a round trip the
+    /// client need not wait for; if it never happens, recovery rolls the entry forward,
+    /// which finds the record published, and removes it).
+    pub(crate) async fn publish_created_table(
+        &self,
+        key: &str,
+        record: &TableRecord,
+        etag: String,
+    ) -> Result<()> {
+        self.put_published(&self.table_key(&record.id)?, encode(record), &record.uid)
+            .await?;
+        let (store, key) = (self.store.clone(), key.to_string());
+        tokio::spawn(async move {
+            match store.delete(&key, Condition::IfMatch(etag)).await {
+                // Gone already (cleared by a drop or rename, or by recovery): fine.
+                Ok(()) | Err(StoreError::PreconditionFailed) => {}
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "could not remove a published create's entry; recovery will")
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// Publishes a record from a committed intent, unless it already is.
     async fn put_published(&self, key: &str, body: bytes::Bytes, uid: &str) -> Result<()> {
         match self.write(key, body, Condition::IfAbsent).await {

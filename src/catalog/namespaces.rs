@@ -266,12 +266,12 @@ impl Catalog {
         mode: CreateMode,
         properties: &Properties,
     ) -> Result<Option<Result<Properties>>> {
-        let existing = match self.read_namespace(id).await? {
+        // Both read at once: neither answer is relied on for a free name (the create checks
+        // again once its staged entry holds the name), so they need not wait on each other.
+        let (record, arriving) = tokio::join!(self.read_namespace(id), self.arriving_namespace(id));
+        let existing = match record? {
             Some(found) => Some(found),
-            None => self
-                .arriving_namespace(id)
-                .await?
-                .map(|ns| (ns, String::new())),
+            None => arriving?.map(|ns| (ns, String::new())),
         };
         let Some((existing, etag)) = existing else {
             return Ok(None);
@@ -381,11 +381,20 @@ impl Catalog {
             .await
         {
             Ok(committed_etag) => {
-                if self.owner_in_time(started_at_ms)
-                    && let Err(e) = self
-                        .roll_forward(pending_key, &mut intent, committed_etag)
+                let finished = if !self.owner_in_time(started_at_ms) {
+                    Ok(())
+                } else if let IntentKind::CreateTable { record } = &intent.kind {
+                    // A table's committed entry may stay a moment after the record is
+                    // published: whatever makes a table leave its name clears it first
+                    // (`clear_arrival`), and listings show the table once. So the client
+                    // is answered once the record is out, and the entry goes after.
+                    self.publish_created_table(pending_key, record, committed_etag)
                         .await
-                {
+                } else {
+                    self.roll_forward(pending_key, &mut intent, committed_etag)
+                        .await
+                };
+                if let Err(e) = finished {
                     // Committed all the same: readers see it through the intent, and
                     // recovery publishes it.
                     tracing::warn!(pending_key, error = %e, "a committed create could not be published yet");
