@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import metadata  # noqa: E402
+import ratios  # noqa: E402
 
 
 def describe_load(port, ns, wrk, seconds, connections):
@@ -126,6 +127,7 @@ def main():
     ap.add_argument("--rss-tables", type=int, default=10000)
     ap.add_argument("--describe-only", action="store_true", help="describe under load alone (no declares, walk or RSS)")
     ap.add_argument("--extra-args", default="", help="more `serve` flags for both gateways")
+    ap.add_argument("--ratios", help="append the ratios to this file, as JSON lines (bench/guard)")
     args = ap.parse_args()
     wrk = shutil.which("wrk") or sys.exit("wrk not found: run bench/run (it installs wrk)")
     bare = args.bare or os.path.join(args_target(), "examples", "bare")
@@ -188,9 +190,14 @@ def main():
         if "bare" in servers and m in runs["bare"][0]:
             bare_mean = mean([r[m] for r in runs["bare"]])
             line += f" {cells[2]:>22} {new / bare_mean if bare_mean else float('inf'):8.2f}x"
+            ratios.record(args.ratios, "metadata, local, fs-sync off", m, new, bare_mean, "bare axum server")
+        ratios.record(args.ratios, "metadata, local, fs-sync off", m, new, old, "main")
         print(line)
     for name, value in rss.items():
         print(f"peak RSS, {args.rss_tables} tables, {name}: {value:.1f} MiB")
+    if rss:
+        ratios.record(args.ratios, "metadata, local, fs-sync off", f"peak RSS, {args.rss_tables} tables (MiB)",
+                      rss["new"], rss["old"], "main")
 
 
 def args_target() -> str:

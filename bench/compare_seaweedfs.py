@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
 sys.path.insert(0, HERE)
 
 import metadata  # noqa: E402
+import ratios  # noqa: E402
 import seaweedfs  # noqa: E402
 from conftest import start_gateway  # noqa: E402
 
@@ -53,6 +54,7 @@ def main():
     ap.add_argument("--tables", type=int, default=500)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--skip-spark", action="store_true")
+    ap.add_argument("--ratios", help="append the ratios to this file, as JSON lines (bench/guard)")
     args = ap.parse_args()
     os.environ.update(KEYS)
     sw = seaweedfs.start(open_access=True)
@@ -112,6 +114,7 @@ def main():
         if metric in swb and isinstance(swb[metric], float):
             ratio = gwb[metric] / swb[metric] if swb[metric] else float("inf")
             print(f"{metric:34} {gwb[metric]:10.2f} {swb[metric]:10.2f} {ratio:6.1f}x")
+            ratios.record(args.ratios, "metadata, SeaweedFS", metric, gwb[metric], swb[metric], "SeaweedFS built-in")
         else:
             print(f"{metric:34} {gwb[metric]:10.2f} {str(swb.get('error', '-'))[:60]}")
 

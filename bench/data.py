@@ -28,6 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ratios  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
 
 import lance  # noqa: E402
@@ -140,6 +142,7 @@ def main():
     ap.add_argument("--queries", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    ap.add_argument("--ratios", help="append the ratios to this file, as JSON lines (bench/guard)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="lg-bench-data-", dir=args.dir)
     gw = start_gateway(["--warehouse", os.path.join(work, "wh"), "--request-timeout-secs", "600"],
@@ -197,6 +200,8 @@ def main():
         for who in ("pylance", "gateway"):
             label = f"{who}, {count} x {size}"
             print(f"{label:28} {res[who]:10.0f} {res[who] / res['pylance']:10.1%}")
+        ratios.record(args.ratios, "data", f"insert {count} x {size} (rows/s)", res["gateway"], res["pylance"],
+                      "pylance")
     print(f"\ntop-10 search, {args.rows} x {DIM}, IVF_PQ 256 partitions / 16 sub-vectors, nprobes 20,"
           f" {args.queries} queries, mean of {args.rounds} rounds")
     print(f"{'':28} {'queries/s':>10} {'vs pylance':>11} {'p50 ms':>8} {'p99 ms':>8}")
@@ -205,6 +210,8 @@ def main():
             r = res[who]
             print(f"{who + ', ' + label:28} {r['qps']:10.1f} {r['qps'] / res['pylance']['qps']:10.1%}"
                   f" {r['p50']:8.2f} {r['p99']:8.2f}")
+        ratios.record(args.ratios, "data", f"search, {label} (queries/s)", res["gateway"]["qps"],
+                      res["pylance"]["qps"], "pylance")
     print(f"\ndescribe while the index builds ({build_seconds:.1f} s): "
           f"p50 {percentile(during, 0.5) * 1000:.2f} ms, p99 {percentile(during, 0.99) * 1000:.2f} ms,"
           f" {len(during)} requests; idle: p50 {percentile(idle, 0.5) * 1000:.2f} ms,"

@@ -30,6 +30,8 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ratios  # noqa: E402
 REFERENCE_SERVER = """
 import sys, time, lance.namespace as lns
 adapter = lns.RestAdapter("dir", {"root": sys.argv[1]}, host="127.0.0.1", port=int(sys.argv[2]))
@@ -172,6 +174,7 @@ def main():
     ap.add_argument("--rss-tables", type=int, default=10000)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--gateway", default=os.environ.get("LANCE_GATEWAY_BIN"))
+    ap.add_argument("--ratios", help="append the ratios to this file, as JSON lines (bench/guard)")
     args = ap.parse_args()
     wrk, gateway_bin = tools(args)
 
@@ -252,6 +255,8 @@ def run_all(args, gateway_bin, wrk, rows, roots):
         r1 = gw[metric] / ref[metric] if ref[metric] else float("inf")
         r2 = nosync[metric] / ref[metric] if ref[metric] else float("inf")
         print(f"{metric:34} {gw[metric]:10.2f} {ref[metric]:10.2f} {r1:6.1f}x   {nosync[metric]:10.2f} {r2:6.1f}x")
+        ratios.record(args.ratios, "metadata, local", metric, gw[metric], ref[metric], "reference")
+        ratios.record(args.ratios, "metadata, local, fs-sync off", metric, nosync[metric], ref[metric], "reference")
     print(f"{'lance-gateway peak RSS, ' + str(args.rss_tables) + ' tables (MiB)':34} {rss_big:14.1f}")
 
 

@@ -1,0 +1,28 @@
+"""The ratio table of bench/guard, in Markdown, from the JSON lines the benchmarks wrote."""
+
+import datetime
+import json
+import sys
+
+# Figures where less is better: for them the table's `better` column is theirs / ours.
+LOWER_IS_BETTER = ("(ms)", "(s)", "(MiB)")
+
+
+def main():
+    path, commit, against = sys.argv[1], sys.argv[2], sys.argv[3]
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    print(f"Benchmarks of {commit} on {datetime.date.today()} (main's binary: {against}); "
+          "`ratio` is ours / theirs, `better` is how many times better ours is (above 1: ours wins).\n")
+    print("| benchmark | metric | against | ours | theirs | ratio | better |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = r["ratio"]
+        lower = r["metric"].endswith(LOWER_IS_BETTER)
+        better = (1 / ratio if lower else ratio) if ratio else None
+        fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+        print(f"| {r['bench']} | {r['metric']} | {r['against']} | {r['ours']:.2f} | {r['theirs']:.2f} "
+              f"| {fmt(ratio)} | {fmt(better)} |")
+
+
+if __name__ == "__main__":
+    main()
