@@ -101,7 +101,7 @@ impl Store for Rounds {
         .await
     }
     async fn check(&self) -> StoreResult<()> {
-        self.tick(format!("check"), self.inner.check()).await
+        self.tick("check".to_string(), self.inner.check()).await
     }
 }
 

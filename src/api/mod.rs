@@ -198,7 +198,7 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
     };
     routes.layer(
             ServiceBuilder::new()
-                .layer(SetRequestIdLayer::new(REQUEST_ID, RequestIds::default()))
+                .layer(SetRequestIdLayer::new(REQUEST_ID, RequestIds))
                 .layer(
                     TraceLayer::new_for_http().make_span_with(|req: &Request| {
                         let id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
@@ -213,7 +213,7 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
 /// Request ids: this process's random prefix and a counter, in 32 hex digits (a UUID's
 /// length), unique across gateways without a random draw per request (a UUID v4 costs a
 /// `getrandom` system call each).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct RequestIds;
 
 impl MakeRequestId for RequestIds {
