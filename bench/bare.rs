@@ -21,7 +21,7 @@ struct Tables {
     by_id: RwLock<BTreeMap<String, String>>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 struct Body {
     id: Option<Vec<String>>,
 }
@@ -32,9 +32,9 @@ struct Page {
     page_token: Option<String>,
 }
 
-fn id_of(path: &str, body: &Body) -> Vec<String> {
-    body.id
-        .clone()
+/// The id a request names: the body's, else the path's split at `$`.
+fn id_of(path: &str, body: Option<Json<Body>>) -> Vec<String> {
+    body.and_then(|b| b.0.id)
         .unwrap_or_else(|| path.split('$').map(str::to_string).collect())
 }
 
@@ -43,8 +43,7 @@ async fn declare(
     Path(path): Path<String>,
     body: Option<Json<Body>>,
 ) -> Result<Json<Value>, (StatusCode, Json<Value>)> {
-    let body = body.map(|b| b.0).unwrap_or_default();
-    let id = id_of(&path, &body);
+    let id = id_of(&path, body);
     let location = format!("file:///bench/{}.lance", id.join("/"));
     let mut by_id = t.by_id.write().expect("lock");
     if by_id.contains_key(&path) {
@@ -64,8 +63,7 @@ async fn describe(
     Path(path): Path<String>,
     body: Option<Json<Body>>,
 ) -> Result<Json<Value>, (StatusCode, Json<Value>)> {
-    let body = body.map(|b| b.0).unwrap_or_default();
-    let id = id_of(&path, &body);
+    let id = id_of(&path, body);
     let location = t.by_id.read().expect("lock").get(&path).cloned();
     match location {
         Some(location) => {

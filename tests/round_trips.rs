@@ -131,14 +131,16 @@ async fn each_operation_makes_the_store_requests_the_table_says() {
         Settings::new(Duration::from_secs(10), "rounds-gw"),
     )
     .await
-    .unwrap();
+    .expect("a catalog over the counting store");
     let ctx = Ctx::internal();
     let none = HashMap::new;
     let mut taken = Vec::new();
     macro_rules! row {
         ($name:expr, $op:expr) => {{
             let (calls, rounds) = measure(&store, async {
-                $op.await.unwrap();
+                if let Err(e) = $op.await {
+                    panic!("{} failed: {e:?}", $name);
+                }
             })
             .await;
             if std::env::var_os("ROUNDS_TRACE").is_some() {
