@@ -10,10 +10,12 @@ use serde_json::json;
 use crate::access::Ctx;
 use crate::catalog::fsck::{Repair, Report};
 use crate::catalog::layout::Layout;
+use crate::catalog::maintenance::Task;
 use crate::catalog::names::{DEFAULT_DELIMITER, join, split_id};
 use crate::catalog::{Catalog, Settings};
 use crate::config::{AdminCommand, AdminCommon, Config};
 use crate::data::LanceDatasets;
+use crate::maintain::{How, Maintainer};
 use crate::server::build_parts;
 
 /// Runs one admin command; returns the process's exit status.
@@ -22,27 +24,51 @@ pub async fn run(command: AdminCommand) -> i32 {
         AdminCommand::Namespaces { common, .. }
         | AdminCommand::Tables { common, .. }
         | AdminCommand::Describe { common, .. }
+        | AdminCommand::Maintain { common, .. }
         | AdminCommand::Fsck { common, .. } => common,
     };
     let json_out = common.json;
-    let writes = matches!(command, AdminCommand::Fsck { repair: true, .. });
-    let catalog = match open(common, writes).await {
+    let writes = matches!(
+        command,
+        AdminCommand::Fsck { repair: true, .. } | AdminCommand::Maintain { dry_run: false, .. }
+    );
+    let (catalog, datasets) = match open(common, writes).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("lance-gateway admin: {e}");
             return 2;
         }
     };
+    let maintainer = Maintainer::new(
+        catalog.clone(),
+        datasets,
+        Arc::new(crate::audit::Audit::off()),
+        crate::maintain::Settings {
+            enabled: false,
+            ..Default::default()
+        },
+    );
     let result = match &command {
         AdminCommand::Namespaces { id, .. } => list(&catalog, id.as_deref(), false, json_out).await,
         AdminCommand::Tables { namespace, .. } => {
             list(&catalog, namespace.as_deref(), true, json_out).await
         }
         AdminCommand::Describe { id, .. } => describe(&catalog, id, json_out).await,
+        AdminCommand::Maintain {
+            id, dry_run, tasks, ..
+        } => {
+            let how = How {
+                dry_run: *dry_run,
+                tasks: tasks.iter().filter_map(|t| Task::parse(t)).collect(),
+                now: true,
+            };
+            return maintain(&catalog, &maintainer, id.as_deref(), &how, json_out).await;
+        }
         AdminCommand::Fsck {
             repair,
             delete_orphans,
             relocate,
+            overdue_hours,
             ..
         } => {
             let how = Repair {
@@ -51,7 +77,14 @@ pub async fn run(command: AdminCommand) -> i32 {
                 relocate: *relocate,
             };
             return match catalog.fsck(how).await {
-                Ok(report) => {
+                Ok(mut report) => {
+                    let overdue = std::time::Duration::from_secs(overdue_hours * 3600);
+                    match maintainer.overdue(overdue).await {
+                        Ok(notes) => report.findings.extend(notes),
+                        Err(e) => eprintln!(
+                            "lance-gateway admin fsck: could not look at the tables' maintenance: {e}"
+                        ),
+                    }
                     print_report(&report, json_out);
                     if report.left() == 0 { 0 } else { 1 }
                 }
@@ -75,7 +108,10 @@ pub async fn run(command: AdminCommand) -> i32 {
 /// unless the command `writes`. Unless `--node-id` names one, the admin runs under a node id
 /// of its own: under a gateway's (the default `<host>:<port>` inside its container, say) it
 /// would take that gateway's live operations for leftovers of an earlier run.
-async fn open(common: &AdminCommon, writes: bool) -> Result<Arc<Catalog>, String> {
+async fn open(
+    common: &AdminCommon,
+    writes: bool,
+) -> Result<(Arc<Catalog>, Arc<LanceDatasets>), String> {
     let mut args = common.serve.clone();
     if args.settings.node_id.is_none() {
         args.settings.node_id = Some(format!("lance-gateway-admin:{}", std::process::id()));
@@ -104,15 +140,113 @@ async fn open(common: &AdminCommon, writes: bool) -> Result<Arc<Catalog>, String
             Err(e) => return Err(format!("{}: {e}", parts.layout.root_uri())),
         }
     }
+    let datasets = Arc::new(LanceDatasets::new(parts.own_access));
     let catalog = Catalog::open(
         parts.store,
         parts.layout,
-        Arc::new(LanceDatasets::new(parts.own_access)),
-        Settings::new(config.recovery_grace, config.node_id.clone()),
+        datasets.clone(),
+        Settings::new(config.recovery_grace, config.node_id.clone())
+            .with_maintenance(config.maintenance_policy.clone()),
     )
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;
-    Ok(Arc::new(catalog))
+    Ok((Arc::new(catalog), datasets))
+}
+
+/// `admin maintain`: every table below `id` (or `id` itself, a table), one after another.
+async fn maintain(
+    cat: &Catalog,
+    maintainer: &Maintainer,
+    id: Option<&str>,
+    how: &How,
+    json_out: bool,
+) -> i32 {
+    let tables = match tables_below(cat, id).await {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("lance-gateway admin maintain: {e}");
+            return 2;
+        }
+    };
+    let mut failed = false;
+    let mut reports = Vec::new();
+    for table in tables {
+        let report = match maintainer.maintain(&table, how).await {
+            Ok(report) => report,
+            Err(e) => {
+                eprintln!(
+                    "lance-gateway admin maintain: {}: {e}",
+                    join(&table, DEFAULT_DELIMITER)
+                );
+                failed = true;
+                continue;
+            }
+        };
+        failed |= report.runs.iter().any(|r| r.outcome == "failed");
+        if !json_out {
+            print_maintenance(&report);
+        }
+        reports.push(report);
+    }
+    if json_out {
+        println!("{}", json!({ "tables": reports }));
+    }
+    if failed { 1 } else { 0 }
+}
+
+/// The tables `id` names: itself if it is a table, else every table below the namespace
+/// (the whole warehouse when `None`).
+async fn tables_below(cat: &Catalog, id: Option<&str>) -> Result<Vec<Vec<String>>, String> {
+    let id = parse(id)?;
+    if !id.is_empty() && cat.describe_table(&Ctx::internal(), &id).await.is_ok() {
+        return Ok(vec![id]);
+    }
+    if !id.is_empty() {
+        cat.describe_namespace(&Ctx::internal(), &id)
+            .await
+            .map_err(|e| e.message)?;
+    }
+    let all = cat.all_table_ids().await.map_err(|e| e.message)?;
+    Ok(all.into_iter().filter(|t| t.starts_with(&id)).collect())
+}
+
+fn print_maintenance(report: &crate::maintain::TableReport) {
+    let table = join(&report.table, DEFAULT_DELIMITER);
+    let figures = |f: &crate::jobs::Figures| {
+        f.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if let Some(why) = &report.skipped {
+        println!("{table}: skipped: {why}");
+        return;
+    }
+    if report.due.is_empty() {
+        println!("{table}: nothing due ({})", figures(&report.figures));
+        return;
+    }
+    println!(
+        "{table}: due: {} ({})",
+        report.due.join(", "),
+        figures(&report.figures)
+    );
+    for run in &report.runs {
+        println!(
+            "  {:10} {:9} {}{}{}",
+            run.task,
+            run.outcome,
+            run.transaction_id
+                .as_deref()
+                .map(|t| format!("transaction {t} "))
+                .unwrap_or_default(),
+            figures(&run.figures),
+            run.error
+                .as_deref()
+                .map(|e| format!(" error: {e}"))
+                .unwrap_or_default()
+        );
+    }
 }
 
 fn parse(id: Option<&str>) -> Result<Vec<String>, String> {

@@ -82,7 +82,11 @@ impl Audit {
 
 /// Now as `2026-11-30T21:04:05.123Z`.
 fn rfc3339_now() -> String {
-    let ms = crate::catalog::records::now_ms();
+    rfc3339(crate::catalog::records::now_ms())
+}
+
+/// A time in unix milliseconds as `2026-11-30T21:04:05.123Z`.
+pub fn rfc3339(ms: u64) -> String {
     let (secs, millis) = (ms / 1000, ms % 1000);
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);

@@ -60,6 +60,23 @@ pub enum AdminCommand {
         #[command(flatten)]
         common: Box<AdminCommon>,
     },
+    /// Run table maintenance now (compaction, index upkeep, version cleanup) under each
+    /// table's policy, with no server running; say what ran or, with --dry-run, what would.
+    /// Exit status 0 when every task that ran succeeded, 1 when one failed, 2 when the
+    /// command could not run.
+    Maintain {
+        /// A table, or a namespace (every table below it), its parts joined by `$`; the
+        /// whole warehouse when none is given.
+        id: Option<String>,
+        /// Measure and say what would run; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only this task: compaction, index or cleanup (repeatable) [default: all].
+        #[arg(long = "task", value_parser = ["compaction", "index", "cleanup"])]
+        tasks: Vec<String>,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
     /// Check every record, claim, unfinished operation and data folder; exit status 0 when
     /// clean, 1 when problems are left, 2 when the check could not run.
     Fsck {
@@ -74,6 +91,10 @@ pub enum AdminCommand {
         /// copied warehouse) at their folders in this one.
         #[arg(long, requires = "repair")]
         relocate: bool,
+        /// Note tables due for a maintenance task that has not succeeded on them for this
+        /// many hours (0: note every table that is due).
+        #[arg(long, default_value_t = 24)]
+        overdue_hours: u64,
         #[command(flatten)]
         common: Box<AdminCommon>,
     },
@@ -321,6 +342,26 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_MANAGED_VERSIONING")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub managed_versioning: Option<bool>,
+    /// Maintain tables by itself: compact small fragments, bring indices up to date, remove old versions, under each table's policy (see --maintenance-policy) [default: true].
+    #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<bool>,
+    /// The maintenance policy tables have unless their namespace's or their own properties say otherwise: KEY=VALUE pairs, comma-separated, keys as the `maintenance.*` properties name them (`compaction.min_fragments=8,cleanup.retention=3d`) [default: the README's defaults].
+    #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE_POLICY", value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance_policy: Option<Vec<String>>,
+    /// Tables maintained at once by this gateway [default: 1].
+    #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE_CONCURRENCY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance_concurrency: Option<usize>,
+    /// Seconds after a commit before its table is looked at for maintenance [default: 30].
+    #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE_DELAY_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance_delay_secs: Option<u64>,
+    /// Seconds between looks at every table (for tables clients write directly) [default: 3600].
+    #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE_SWEEP_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maintenance_sweep_secs: Option<u64>,
     /// This gateway's name among those sharing the warehouse; a gateway restarted under the same name settles its unfinished operations at once [default: <host name>:<port>].
     #[arg(long, env = "LANCE_GATEWAY_NODE_ID")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -440,6 +481,8 @@ pub struct Config {
     pub recovery_interval: Duration,
     pub fs_sync: bool,
     pub managed_versioning: bool,
+    pub maintenance: crate::maintain::Settings,
+    pub maintenance_policy: crate::catalog::policy::Policy,
     pub node_id: String,
     pub log_format: LogFormat,
 }
@@ -463,6 +506,34 @@ fn positive(setting: &'static str, value: Option<u64>, default: u64) -> Result<u
         0 => Err(bad(setting, "must be at least 1")),
         v => Ok(v),
     }
+}
+
+/// The default maintenance policy from `KEY=VALUE` pairs named as the `maintenance.*`
+/// properties are (with or without that prefix).
+fn maintenance_policy(
+    pairs: Option<&[String]>,
+) -> Result<crate::catalog::policy::Policy, ConfigError> {
+    use crate::catalog::policy::{PREFIX, Policy};
+    let mut properties = std::collections::HashMap::new();
+    for pair in pairs.unwrap_or_default() {
+        let pair = pair.trim();
+        if pair.is_empty() {
+            continue;
+        }
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| bad("maintenance-policy", format!("'{pair}' is not KEY=VALUE")))?;
+        let key = key.trim();
+        let key = if key.starts_with(PREFIX) {
+            key.to_string()
+        } else {
+            format!("{PREFIX}{key}")
+        };
+        properties.insert(key, value.trim().to_string());
+    }
+    Policy::default()
+        .resolve([&properties])
+        .map_err(|e| bad("maintenance-policy", e.message))
 }
 
 impl Config {
@@ -679,6 +750,17 @@ impl Config {
                 n => n,
             },
         };
+        let maintenance_policy = maintenance_policy(s.maintenance_policy.as_deref())?;
+        let maintenance = crate::maintain::Settings {
+            enabled: s.maintenance.unwrap_or(true),
+            concurrency: at_least_one("maintenance-concurrency", s.maintenance_concurrency, 1)?,
+            delay: Duration::from_secs(s.maintenance_delay_secs.unwrap_or(30)),
+            sweep_interval: Duration::from_secs(positive(
+                "maintenance-sweep-secs",
+                s.maintenance_sweep_secs,
+                3600,
+            )?),
+        };
         let node_id = match s.node_id {
             Some(id)
                 if id.trim().is_empty() || id.len() > 200 || id.chars().any(char::is_control) =>
@@ -711,6 +793,8 @@ impl Config {
             recovery_interval: Duration::from_secs(interval),
             fs_sync: s.fs_sync.unwrap_or(true),
             managed_versioning: s.managed_versioning.unwrap_or(false),
+            maintenance,
+            maintenance_policy,
             node_id,
             log_format: s.log_format.unwrap_or(LogFormat::Text),
         })

@@ -14,6 +14,8 @@ pub mod catalog;
 pub mod config;
 pub mod data;
 pub mod error;
+pub mod jobs;
+pub mod maintain;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -315,7 +315,8 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         datasets.clone(),
         Settings::new(config.recovery_grace, config.node_id.clone())
             .with_grants(security.grants.clone())
-            .with_managed_versioning(config.managed_versioning),
+            .with_managed_versioning(config.managed_versioning)
+            .with_maintenance(config.maintenance_policy.clone()),
     )
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;
@@ -340,11 +341,20 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         security.auth.keys.clone(),
         security.tls.clone(),
     );
+    let audit = Arc::new(security.audit);
+    // Maintenance listens for commits and sweeps the warehouse in the background.
+    crate::maintain::Maintainer::new(
+        catalog.clone(),
+        datasets.clone(),
+        audit.clone(),
+        config.maintenance.clone(),
+    )
+    .start();
     let state = AppState {
         catalog,
         vendor: Arc::new(parts.client_vendor),
         auth: Arc::new(security.auth),
-        audit: Arc::new(security.audit),
+        audit,
         data: datasets,
         data_limits: config.data_limits,
     };

@@ -20,6 +20,10 @@
 //! | `lance_gateway_credentials_vended_total` | policy, access | keys handed out beside a location |
 //! | `lance_gateway_sts_requests_total` | outcome | AssumeRole calls made (cache misses): `ok`, `error` |
 //! | `lance_gateway_unmanaged_commits_total` | | versions of managed tables committed behind the gateway's back (with no commit receipt) |
+//! | `lance_gateway_maintenance_runs_total` | task, outcome | maintenance tasks run: `succeeded`, `failed` |
+//! | `lance_gateway_maintenance_duration_seconds` | task | histogram of a task's run |
+//! | `lance_gateway_maintenance_bytes_reclaimed_total` | | bytes version cleanup deleted |
+//! | `lance_gateway_maintenance_tables_due` | task | tables this gateway last found due and has not yet maintained |
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -49,6 +53,10 @@ pub const DENIALS: &str = "lance_gateway_authorization_denials_total";
 pub const VENDED: &str = "lance_gateway_credentials_vended_total";
 pub const STS_CALLS: &str = "lance_gateway_sts_requests_total";
 pub const UNMANAGED: &str = "lance_gateway_unmanaged_commits_total";
+pub const MAINTENANCE_RUNS: &str = "lance_gateway_maintenance_runs_total";
+pub const MAINTENANCE_SECONDS: &str = "lance_gateway_maintenance_duration_seconds";
+pub const MAINTENANCE_RECLAIMED: &str = "lance_gateway_maintenance_bytes_reclaimed_total";
+pub const MAINTENANCE_DUE: &str = "lance_gateway_maintenance_tables_due";
 
 /// Request latencies: from well under a millisecond (a describe) to the request timeout.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -58,12 +66,22 @@ const REQUEST_BUCKETS: &[f64] = &[
 const STORE_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
+/// Maintenance tasks: a cleanup with nothing to do to a compaction of a large table.
+const MAINTENANCE_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
 
 /// Installs the Prometheus recorder (once per process) and describes every metric.
 pub fn install() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), REQUEST_BUCKETS)
         .and_then(|b| b.set_buckets_for_metric(Matcher::Full(STORE_SECONDS.into()), STORE_BUCKETS))
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(MAINTENANCE_SECONDS.into()),
+                MAINTENANCE_BUCKETS,
+            )
+        })
         .map_err(|e| format!("metrics: {e}"))?
         .install_recorder()
         .map_err(|e| format!("metrics: {e}"))?;
@@ -107,6 +125,24 @@ pub fn install() -> Result<PrometheusHandle, String> {
     describe_counter!(
         UNMANAGED,
         "Versions of managed tables that were not committed through the gateway (no commit receipt): a client bypasses CreateTableVersion."
+    );
+    describe_counter!(
+        MAINTENANCE_RUNS,
+        "Maintenance tasks run by the gateway, by task and outcome."
+    );
+    describe_histogram!(
+        MAINTENANCE_SECONDS,
+        metrics::Unit::Seconds,
+        "Time a maintenance task took."
+    );
+    describe_counter!(
+        MAINTENANCE_RECLAIMED,
+        metrics::Unit::Bytes,
+        "Bytes deleted by version cleanup."
+    );
+    describe_gauge!(
+        MAINTENANCE_DUE,
+        "Tables this gateway last found due for a task and has not maintained since."
     );
     Ok(handle)
 }
@@ -323,4 +359,23 @@ pub fn sts_call(ok: bool) {
 
 pub fn unmanaged_commits(versions: u64) {
     counter!(UNMANAGED).increment(versions);
+}
+
+/// One maintenance task's run.
+pub fn maintenance_run(task: &'static str, outcome: &str, seconds: f64, reclaimed: u64) {
+    let outcome = if outcome == "succeeded" {
+        "succeeded"
+    } else {
+        "failed"
+    };
+    counter!(MAINTENANCE_RUNS, "task" => task, "outcome" => outcome).increment(1);
+    histogram!(MAINTENANCE_SECONDS, "task" => task).record(seconds);
+    if reclaimed > 0 {
+        counter!(MAINTENANCE_RECLAIMED).increment(reclaimed);
+    }
+}
+
+/// How many tables are due for `task`, as this gateway last found them.
+pub fn maintenance_due(task: &'static str, tables: usize) {
+    gauge!(MAINTENANCE_DUE, "task" => task).set(tables as f64);
 }

@@ -215,7 +215,69 @@ pub async fn describe(
     if dialect == Dialect::LanceDbRemote {
         return remote_description(response);
     }
+    if detailed {
+        // What maintenance did to the table, beside the spec's fields (clients ignore
+        // fields they do not know).
+        let mut body = serde_json::to_value(&response)
+            .map_err(|e| Error::internal("could not encode the description", e))?;
+        if let Some(map) = body.as_object_mut() {
+            map.insert(
+                "maintenance".into(),
+                maintenance_view(&state, &record).await?,
+            );
+        }
+        return Ok(Json(body).into_response());
+    }
     Ok(Json(response).into_response())
+}
+
+/// The table's maintenance as detailed describe shows it: its policy in force, who is
+/// maintaining it now, and each task's last run.
+async fn maintenance_view(
+    state: &AppState,
+    record: &crate::catalog::records::TableRecord,
+) -> Result<serde_json::Value> {
+    use crate::catalog::maintenance::Task;
+    let (policy, upkeep) = tokio::join!(
+        state.catalog.table_policy(record),
+        state.catalog.upkeep(record)
+    );
+    let upkeep = upkeep?;
+    let mut view = serde_json::Map::new();
+    match policy {
+        Ok(p) => {
+            view.insert("enabled".into(), p.any().into());
+            for (task, on) in [
+                (Task::Compaction, p.compaction.enabled),
+                (Task::Index, p.index.enabled),
+                (Task::Cleanup, p.cleanup.enabled),
+            ] {
+                let last = upkeep.as_ref().and_then(|u| u.state.last_run(task));
+                let mut entry = serde_json::json!({ "enabled": p.enabled && on });
+                if let (Some(last), Some(map)) = (last, entry.as_object_mut()) {
+                    map.insert(
+                        "last_run_at".into(),
+                        crate::audit::rfc3339(last.at_ms).into(),
+                    );
+                    map.insert(
+                        "last_run".into(),
+                        serde_json::to_value(last).unwrap_or_default(),
+                    );
+                }
+                view.insert(task.name().into(), entry);
+            }
+        }
+        Err(e) => {
+            view.insert("enabled".into(), false.into());
+            view.insert("error".into(), e.message.into());
+        }
+    }
+    if let Some(holder) = upkeep.as_ref().and_then(|u| u.holder.as_ref())
+        && !state.catalog.lapsed(holder)
+    {
+        view.insert("running_on".into(), holder.node.clone().into());
+    }
+    Ok(view.into())
 }
 
 /// LanceDB's remote client reads the schema in Lance's own JSON form (`string` where the

@@ -1,11 +1,10 @@
 //! Work that may outlive its request, and the transaction routes (spec §2.8).
 //!
-//! `supervised` runs a piece of data work (an index build) under a transaction record: the
-//! request waits for it up to `DataLimits::build_wait` and answers its outcome, or, if it is
-//! still running by then, answers its transaction id and lets it go on. Either way the work
-//! is refreshed in its record while it runs, stopped when AlterTransaction asks, and its
-//! outcome written when it ends. DescribeTransaction and AlterTransaction read and change
-//! those records (`catalog::transactions`).
+//! `supervised` runs a piece of data work a client asked for (an index build) as a job
+//! (`jobs`): the request waits for it up to `DataLimits::build_wait` and answers its
+//! outcome, or, if it is still running by then, answers its transaction id and lets it go
+//! on. DescribeTransaction and AlterTransaction read and change the records of every job,
+//! the gateway's own maintenance runs among them (`catalog::transactions`).
 
 use std::future::Future;
 
@@ -20,107 +19,40 @@ use tokio::task::JoinHandle;
 use super::AppState;
 use super::extract::{JsonBody, TransactionId};
 use crate::access::Ctx;
-use crate::catalog::Catalog;
-use crate::catalog::transactions::{Transaction, TransactionRecord, TxAction, TxStatus};
-use crate::error::{Code, Error, Result};
+use crate::catalog::transactions::{TransactionRecord, TxAction, TxStatus};
+use crate::error::{Error, Result};
 use crate::fields;
+use crate::jobs::{self, Figures, Spec};
 
 fields!(DescribeTransactionRequest, "DescribeTransaction", served: []);
 fields!(AlterTransactionRequest, "AlterTransaction", served: ["actions"]);
 
-/// How supervised work ended.
-enum Ended {
-    Done,
-    /// Stopped by AlterTransaction before it committed.
-    Canceled,
-    Failed(Error),
-}
-
-impl Ended {
-    fn of(joined: std::result::Result<Result<()>, tokio::task::JoinError>) -> Self {
-        match joined {
-            Ok(Ok(())) => Ended::Done,
-            Ok(Err(e)) => Ended::Failed(e),
-            Err(e) if e.is_cancelled() => Ended::Canceled,
-            Err(e) => Ended::Failed(Error::internal("a data operation failed", e)),
-        }
-    }
-
-    fn into_result(self) -> Result<()> {
-        match self {
-            Ended::Done => Ok(()),
-            Ended::Canceled => Err(Error::new(
-                Code::ConcurrentModification,
-                "the work was canceled (AlterTransaction) before it committed",
-            )),
-            Ended::Failed(e) => Err(e),
-        }
-    }
-}
-
-/// Runs `work` (already started on the data runtime) as transaction `op` of `table`,
-/// making `target`; answers its transaction id once it succeeded or once the request has
-/// waited `build_wait`, and its error if it failed within that time.
-pub(crate) async fn supervised(
+/// Runs `work` (which starts it on the data runtime) as a job (`jobs`) doing `op` on
+/// `table`, making `target`; answers its transaction id once it succeeded or once the
+/// request has waited `build_wait`, and its error if it failed within that time.
+pub(crate) async fn supervised<W>(
     state: &AppState,
     table: &[String],
     (op, target): (&str, &str),
-    work: JoinHandle<Result<()>>,
-) -> Result<String> {
-    let mut tx = match state.catalog.begin_transaction(table, op, target).await {
-        Ok(tx) => tx,
-        Err(e) => {
-            work.abort();
-            return Err(e);
-        }
+    work: W,
+) -> Result<String>
+where
+    W: FnOnce(&str) -> JoinHandle<Result<Figures>>,
+{
+    let spec = Spec {
+        op,
+        table,
+        target,
+        before: Figures::new(),
     };
-    let id = tx.record.id.clone();
-    let (done, outcome) = tokio::sync::oneshot::channel();
-    let catalog = state.catalog.clone();
-    tokio::spawn(async move {
-        let result = watch(&catalog, &mut tx, work).await;
-        let _ = done.send(result);
-    });
-    match tokio::time::timeout(state.data_limits.build_wait, outcome).await {
-        Ok(Ok(Ok(()))) => Ok(id),
-        Ok(Ok(Err(e))) => Err(e),
-        Ok(Err(gone)) => Err(Error::internal("a supervised operation was lost", gone)),
+    let running = jobs::start(&state.catalog, spec, None, work).await?;
+    let id = running.id.clone();
+    match running.wait_at_most(state.data_limits.build_wait).await {
+        Some(Ok(_)) => Ok(id),
+        Some(Err(e)) => Err(e),
         // Still running: the client follows it with DescribeTransaction.
-        Err(_) => Ok(id),
+        None => Ok(id),
     }
-}
-
-/// Refreshes the record while `work` runs, stops it when a cancel is asked for, and writes
-/// the outcome.
-async fn watch(
-    catalog: &Catalog,
-    tx: &mut Transaction,
-    mut work: JoinHandle<Result<()>>,
-) -> Result<()> {
-    let mut beat = tokio::time::interval(catalog.heartbeat());
-    beat.tick().await;
-    // Work that committed before an abort reached it ends as done: the outcome is always
-    // what happened. The refreshes go on until it has ended (an abort lands only at the
-    // work's next await, which a long computation may take a while to reach).
-    let ended = loop {
-        tokio::select! {
-            joined = &mut work => break Ended::of(joined),
-            _ = beat.tick() => match catalog.refresh_transaction(tx).await {
-                Ok(true) => work.abort(),
-                Ok(false) => {}
-                Err(e) => tracing::warn!(transaction = %tx.record.id, error = %e, "could not refresh a transaction"),
-            },
-        }
-    };
-    let (status, error) = match &ended {
-        Ended::Done => (TxStatus::Succeeded, None),
-        Ended::Canceled => (TxStatus::Canceled, None),
-        Ended::Failed(e) => (TxStatus::Failed, Some(e.message.clone())),
-    };
-    if let Err(e) = catalog.finish_transaction(tx, status, error).await {
-        tracing::warn!(transaction = %tx.record.id, error = %e, "could not record a transaction's outcome");
-    }
-    ended.into_result()
 }
 
 fn answer(record: TransactionRecord) -> (String, std::collections::HashMap<String, String>) {
@@ -130,6 +62,18 @@ fn answer(record: TransactionRecord) -> (String, std::collections::HashMap<Strin
     // caller's own (they are refused as property keys below).
     properties.insert("lance_gateway.operation".into(), record.op);
     properties.insert("lance_gateway.target".into(), record.target);
+    properties.insert(
+        "lance_gateway.table".into(),
+        crate::catalog::names::join(&record.table, crate::catalog::names::DEFAULT_DELIMITER),
+    );
+    properties.insert("lance_gateway.node".into(), record.node);
+    properties.insert(
+        "lance_gateway.updated_at_ms".into(),
+        record.updated_at_ms.to_string(),
+    );
+    for (key, value) in record.results {
+        properties.insert(format!("lance_gateway.{key}"), value);
+    }
     properties.insert(
         "lance_gateway.started_at_ms".into(),
         record.started_at_ms.to_string(),
@@ -192,8 +136,12 @@ pub async fn describe(
     JsonBody(req): JsonBody<DescribeTransactionRequest>,
 ) -> Result<Json<DescribeTransactionResponse>> {
     same_transaction(&id, req.id.as_ref())?;
-    let record = current(&state, &ctx, &id, |r| {
-        super::data::indices::index_committed(&state, &ctx, r)
+    let record = current(&state, &ctx, &id, |r| async {
+        if r.op == "create_index" {
+            super::data::indices::index_committed(&state, &ctx, r).await
+        } else {
+            crate::maintain::committed(&state.catalog, &state.data, r).await
+        }
     })
     .await?;
     let (status, properties) = answer(record);

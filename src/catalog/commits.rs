@@ -142,15 +142,16 @@ impl Catalog {
         Ok(Some(receipt).filter(|r| r.table_uid == record.uid))
     }
 
-    /// Records that the gateway's own data operation made `version` of the table. Only
-    /// under managed versioning (where versions without a receipt are reported), and after
-    /// the answer: the receipt is written in the background.
+    /// Records that the gateway's own data operation made `version` of the table: the
+    /// commit listener hears of it, and, under managed versioning (where versions without a
+    /// receipt are reported), a receipt is written in the background after the answer.
     pub fn note_own_commit(
         self: &Arc<Self>,
         record: &TableRecord,
         branch: Option<&str>,
         version: u64,
     ) {
+        self.commit_seen(record);
         if !self.managed_versioning {
             return;
         }
@@ -166,11 +167,24 @@ impl Catalog {
         };
         let (catalog, record, branch) = (self.clone(), record.clone(), branch.map(str::to_string));
         tokio::spawn(async move {
-            if let Err(e) = catalog
-                .write_receipt(&record, branch.as_deref(), &receipt)
+            // Create-if-absent: a version this gateway made is new, and a receipt already
+            // there was written by whoever published that version (keep theirs).
+            let key = match catalog.receipt_key_of(&record, branch.as_deref(), version) {
+                Ok(key) => key,
+                Err(e) => {
+                    tracing::warn!(table = ?record.id, version, error = %e, "could not record a commit's receipt");
+                    return;
+                }
+            };
+            match catalog
+                .store
+                .put(&key, encode(&receipt), Condition::IfAbsent)
                 .await
             {
-                tracing::warn!(table = ?record.id, version, error = %e, "could not record a commit's receipt");
+                Ok(_) | Err(crate::store::StoreError::PreconditionFailed) => {}
+                Err(e) => {
+                    tracing::warn!(table = ?record.id, version, error = %e, "could not record a commit's receipt")
+                }
             }
         });
     }

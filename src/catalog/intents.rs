@@ -343,6 +343,11 @@ impl Catalog {
                 }
                 self.release_location(&cell, &record.data_key, &record.uid)
                     .await?;
+                // Its maintenance history goes with it (one held by a run still going is
+                // left: that run finds the table gone, and the record is a note to fsck).
+                if let Err(e) = self.forget_upkeep(&record).await {
+                    tracing::debug!(table = ?record.id, error = %e, "kept a dropped table's maintenance record");
+                }
             }
             IntentKind::DropNamespace { .. } | IntentKind::ReplaceNamespace { .. } => {}
         }

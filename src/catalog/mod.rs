@@ -32,10 +32,13 @@ pub mod commits;
 pub mod fsck;
 pub mod intents;
 pub mod layout;
+pub mod leases;
 pub mod listing;
+pub mod maintenance;
 pub mod modes;
 pub mod names;
 pub mod namespaces;
+pub mod policy;
 pub mod records;
 pub mod recovery;
 pub mod tables;
@@ -87,6 +90,8 @@ pub struct Settings {
     pub grants: Arc<Grants>,
     /// Whether clients commit versions through the gateway (`versions`).
     pub managed_versioning: bool,
+    /// The maintenance policy of tables whose properties do not override it.
+    pub maintenance: policy::Policy,
 }
 
 impl Settings {
@@ -96,7 +101,13 @@ impl Settings {
             node: node.into(),
             grants: Arc::new(Grants::open()),
             managed_versioning: false,
+            maintenance: policy::Policy::default(),
         }
+    }
+
+    pub fn with_maintenance(mut self, policy: policy::Policy) -> Self {
+        self.maintenance = policy;
+        self
     }
 
     pub fn with_grants(mut self, grants: Arc<Grants>) -> Self {
@@ -165,7 +176,14 @@ pub struct Catalog {
     delim: &'static str,
     /// Managed tables' versions as this gateway has seen them (`commits`).
     pub(crate) watch: commits::Watch,
+    /// Told of every version this gateway commits or publishes (maintenance's scheduler).
+    commit_listener: std::sync::OnceLock<CommitListener>,
+    /// The maintenance policy tables have unless their properties say otherwise.
+    maintenance: policy::Policy,
 }
+
+/// Called with a table's record each time this gateway commits a version of it.
+pub type CommitListener = Arc<dyn Fn(&TableRecord) + Send + Sync>;
 
 /// How many records a listing without a limit returns per store round trip.
 pub(crate) const PAGE: usize = 1000;
@@ -190,6 +208,8 @@ impl Catalog {
             started_ms: now_ms(),
             delim: "$",
             watch: commits::Watch::default(),
+            commit_listener: std::sync::OnceLock::new(),
+            maintenance: settings.maintenance,
         };
         if !catalog.layout.endpoint_mode() {
             let key = Layout::cell_record("");
@@ -225,6 +245,23 @@ impl Catalog {
     /// Whether clients are told to commit versions through the gateway.
     pub fn managed_versioning(&self) -> bool {
         self.managed_versioning
+    }
+
+    /// Has `listener` told of every version this gateway commits from now on (once).
+    pub fn listen_for_commits(&self, listener: CommitListener) {
+        let _ = self.commit_listener.set(listener);
+    }
+
+    /// Tells the listener that this gateway committed a version of `record`'s table.
+    pub(crate) fn commit_seen(&self, record: &TableRecord) {
+        if let Some(listener) = self.commit_listener.get() {
+            listener(record);
+        }
+    }
+
+    /// The maintenance policy tables have by default.
+    pub fn default_policy(&self) -> &policy::Policy {
+        &self.maintenance
     }
 
     /// Every key under `prefix`, in order, read a page at a time (`shallow`: direct

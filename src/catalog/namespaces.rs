@@ -160,6 +160,7 @@ impl Catalog {
             ));
         }
         self.may_create_namespace(ctx, id)?;
+        super::policy::check(&properties)?;
         let slot = self.slot(id)?;
         for _attempt in 0..8 {
             if let Some(found) = self.namespace_found(id, mode, &properties).await? {

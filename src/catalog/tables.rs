@@ -167,6 +167,7 @@ impl Catalog {
         origin: &str,
     ) -> Result<TableRecord> {
         let (parent, name) = self.split_table(id)?;
+        super::policy::check(&properties)?;
         let placed = self.layout.place(parent)?;
         let final_key = Layout::table_key(&placed, name);
         let pending_key = Layout::pending_table_key(&placed, name);

@@ -78,6 +78,10 @@ pub struct TransactionRecord {
     pub cancel_requested: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the work reports of itself: figures before it ran and after (fragments,
+    /// unindexed rows, bytes reclaimed, versions made), by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub results: BTreeMap<String, String>,
 }
 
 /// A transaction as its owner holds it: the record and the ETag it was written at.
@@ -142,12 +146,14 @@ impl Catalog {
         Duration::from_millis((self.grace_ms / 4).max(500))
     }
 
-    /// Starts a transaction for `op` on table `table`, owned by this gateway.
+    /// Starts a transaction for `op` on table `table`, owned by this gateway, with what the
+    /// work knows of itself before it runs (`results`).
     pub async fn begin_transaction(
         &self,
         table: &[String],
         op: &str,
         target: &str,
+        results: BTreeMap<String, String>,
     ) -> Result<Transaction> {
         let cell = self.layout.place(table)?.cell;
         let now = now_ms();
@@ -169,6 +175,7 @@ impl Catalog {
             updated_at_ms: now,
             cancel_requested: false,
             error: None,
+            results,
         };
         let key = Layout::transaction_key(&cell, &stem);
         let etag = self
@@ -222,16 +229,19 @@ impl Catalog {
         Ok(tx.record.cancel_requested)
     }
 
-    /// The owner's last write: the outcome.
+    /// The owner's last write: the outcome, and what the work reported of itself.
     pub async fn finish_transaction(
         &self,
         tx: &mut Transaction,
         status: TxStatus,
         error: Option<String>,
+        results: &BTreeMap<String, String>,
     ) -> Result<()> {
         self.rewrite(tx, |r| {
             r.status = status;
             r.error = error.clone();
+            r.results
+                .extend(results.iter().map(|(k, v)| (k.clone(), v.clone())));
         })
         .await
     }
@@ -454,6 +464,7 @@ mod tests {
             updated_at_ms: 0,
             cancel_requested: false,
             error: None,
+            results: BTreeMap::new(),
         }
     }
 

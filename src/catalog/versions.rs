@@ -290,6 +290,7 @@ impl Catalog {
             committed_at_ms: super::records::now_ms(),
         };
         self.write_receipt(&record, branch, &receipt).await?;
+        self.commit_seen(&record);
         // After the answer: a staging manifest left behind is only garbage (Lance ignores it).
         let store = self.store.clone();
         tokio::spawn(async move {

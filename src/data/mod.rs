@@ -10,6 +10,7 @@
 
 pub mod index;
 pub mod ipc;
+pub mod maintain;
 pub mod read;
 pub mod refs;
 pub mod schema;

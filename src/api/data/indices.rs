@@ -114,13 +114,19 @@ async fn build_index(
     let fts = index::fts_params(&body.raw)?;
     let (datasets, location) = (state.data.clone(), record.location.clone());
     let catalog = state.catalog.clone();
-    let work = state.data.runtime().start(async move {
-        let branch = at.branch.clone();
-        let dataset = datasets.open(&location, &at).await?;
-        let made = index::create(dataset, &req, fts, scalar_only, replace).await?;
-        catalog.note_own_commit(&record, branch.as_deref(), made);
-        Ok(())
-    });
+    let runtime = state.data.runtime().clone();
+    let work = move |_: &str| {
+        runtime.start(async move {
+            let branch = at.branch.clone();
+            let dataset = datasets.open(&location, &at).await?;
+            let made = index::create(dataset, &req, fts, scalar_only, replace).await?;
+            catalog.note_own_commit(&record, branch.as_deref(), made);
+            Ok(crate::jobs::Figures::from([(
+                "version_after".to_string(),
+                made.to_string(),
+            )]))
+        })
+    };
     crate::api::transaction::supervised(&state, &target.id, ("create_index", &name), work).await
 }
 
