@@ -219,7 +219,10 @@ impl Catalog {
                 self.claim_location(&cell, &record.data_key, &uid, id),
                 self.store.get(&final_key)
             );
-            let mut claimed = matches!(claim, Ok(Claim::Claimed));
+            // A claim whose write failed may have landed all the same (an answer lost in
+            // transit, and the read-back failed too): it is given up like a granted one
+            // (the release is conditional on the claim naming this create's uid).
+            let mut claimed = !matches!(claim, Ok(Claim::Taken(..) | Claim::Overlaps(..)));
             let mut holder_in_flight = false;
             let checked = async {
                 open?;
