@@ -195,7 +195,7 @@ async fn each_operation_makes_the_store_requests_the_table_says() {
         ("DescribeTable", (1, 1)),
         ("ListTables (a page)", (5, 4)),
         ("RenameTable", (11, 9)),
-        ("DropTable", (10, 10)),
+        ("DropTable", (11, 10)),
         ("DropTable (server)", (6, 6)),
         ("DropNamespace", (8, 7)),
     ]

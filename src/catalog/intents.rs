@@ -341,11 +341,14 @@ impl Catalog {
                         .delete_prefix(&Layout::commits_prefix(&cell, &record.data_key))
                         .await?;
                 }
-                self.release_location(&cell, &record.data_key, &record.uid)
-                    .await?;
-                // Its maintenance history goes with it (one held by a run still going is
-                // left: that run finds the table gone, and the record is a note to fsck).
-                if let Err(e) = self.forget_upkeep(&record).await {
+                // Its maintenance record goes with it, beside the claim (one held by a run
+                // still going is left: that run finds the table gone).
+                let (released, forgotten) = tokio::join!(
+                    self.release_location(&cell, &record.data_key, &record.uid),
+                    self.forget_upkeep(&record)
+                );
+                released?;
+                if let Err(e) = forgotten {
                     tracing::debug!(table = ?record.id, error = %e, "kept a dropped table's maintenance record");
                 }
             }
