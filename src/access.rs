@@ -65,11 +65,25 @@ impl Principal {
 }
 
 /// What every catalog call knows about its request, and what it notes for the audit log.
+/// Shared, not copied: the middleware keeps one and hands one to the handler, and each
+/// copy is an `Arc`.
 #[derive(Clone, Debug)]
-pub struct Ctx {
+pub struct Ctx(Arc<Request>);
+
+/// A request's context, as `Ctx` shares it.
+#[derive(Debug)]
+pub struct Request {
     pub principal: Principal,
     pub request_id: String,
-    notes: Arc<std::sync::Mutex<Notes>>,
+    notes: std::sync::Mutex<Notes>,
+}
+
+impl std::ops::Deref for Ctx {
+    type Target = Request;
+
+    fn deref(&self) -> &Request {
+        &self.0
+    }
 }
 
 /// What a request did that the audit log records beside its outcome.
@@ -92,11 +106,11 @@ pub struct Vended {
 
 impl Ctx {
     pub fn new(principal: Principal, request_id: impl Into<String>) -> Self {
-        Ctx {
+        Ctx(Arc::new(Request {
             principal,
             request_id: request_id.into(),
-            notes: Arc::default(),
-        }
+            notes: Default::default(),
+        }))
     }
 
     /// The context of work the gateway does for itself (recovery), which may do anything.

@@ -369,13 +369,35 @@ pub fn encode<T: Serialize>(record: &T) -> bytes::Bytes {
     bytes::Bytes::from(serde_json::to_vec(record).unwrap_or_default())
 }
 
+/// The `format_version` a record written by `encode` starts with (`{"format_version":2,`),
+/// read without parsing the rest: every record type declares it first.
+fn leading_format_version(body: &[u8]) -> Option<u32> {
+    let rest = body.strip_prefix(b"{\"format_version\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 9 || !matches!(rest.get(digits), Some(b',' | b'}')) {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
 pub fn decode<T: for<'de> Deserialize<'de>>(key: &str, body: &[u8]) -> Result<T> {
     #[derive(Deserialize)]
     struct Version {
         format_version: u32,
     }
-    let version: Version = serde_json::from_slice(body)
-        .map_err(|e| Error::internal("a catalog record is unreadable", format!("{key}: {e}")))?;
+    // Records this gateway wrote are checked without a second parse; anything else (a
+    // record written by hand, by another tool) is read for its version first.
+    let format_version = match leading_format_version(body) {
+        Some(v) => v,
+        None => {
+            serde_json::from_slice::<Version>(body)
+                .map_err(|e| {
+                    Error::internal("a catalog record is unreadable", format!("{key}: {e}"))
+                })?
+                .format_version
+        }
+    };
+    let version = Version { format_version };
     if version.format_version > FORMAT_VERSION {
         return Err(Error::internal(
             "the warehouse was written by a newer lance-gateway",
@@ -392,6 +414,28 @@ pub fn decode<T: for<'de> Deserialize<'de>>(key: &str, body: &[u8]) -> Result<T>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_is_read_from_the_front_of_records_we_wrote_and_parsed_otherwise() {
+        assert_eq!(
+            leading_format_version(&encode(&table())),
+            Some(FORMAT_VERSION)
+        );
+        assert_eq!(
+            leading_format_version(br#"{"format_version":12}"#),
+            Some(12)
+        );
+        assert_eq!(leading_format_version(br#"{ "format_version": 2}"#), None);
+        assert_eq!(leading_format_version(br#"{"format_version":2x"#), None);
+        assert_eq!(leading_format_version(br#"{"format_version":,"#), None);
+        // A newer record is refused either way it is written.
+        let newer = br#"{"id":["a"],"format_version":99}"#;
+        assert!(decode::<serde_json::Value>("k", newer).is_err());
+        let newer = br#"{"format_version":99,"id":["a"]}"#;
+        assert!(decode::<serde_json::Value>("k", newer).is_err());
+        let t: TableRecord = decode("k", &encode(&table())).unwrap();
+        assert_eq!(t, table());
+    }
 
     fn table() -> TableRecord {
         TableRecord {
