@@ -350,14 +350,14 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         config.maintenance.clone(),
     )
     .start();
-    let state = AppState {
+    let state = AppState::new(api::Services {
         catalog,
         vendor: Arc::new(parts.client_vendor),
         auth: Arc::new(security.auth),
         audit,
         data: datasets,
         data_limits: config.data_limits,
-    };
+    });
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,
         request_timeout: config.request_timeout,

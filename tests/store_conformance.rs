@@ -428,6 +428,39 @@ async fn fs_store_removes_temporary_files_of_killed_writers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_store_reads_every_write_of_the_same_size_whoever_wrote_it() {
+    // A body read before is answered again only while the file's tag is the one it was
+    // read at: rewrites of the same length, here or by another process, are read anew.
+    let dir = tempfile::tempdir().unwrap();
+    let a: DynStore = Arc::new(FsStore::open_with_sync(dir.path(), false).unwrap());
+    let other: DynStore = Arc::new(FsStore::open_with_sync(dir.path(), false).unwrap());
+    let mut etag = a
+        .put("r.json", b("aaaa"), Condition::IfAbsent)
+        .await
+        .unwrap();
+    for (i, (writer, body)) in [
+        (&a, "bbbb"),
+        (&other, "cccc"),
+        (&a, "dddd"),
+        (&other, "eeee"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let read = a.get("r.json").await.unwrap().unwrap();
+        assert_eq!(read.etag, etag, "round {i}");
+        etag = writer
+            .put("r.json", b(body), Condition::IfMatch(etag))
+            .await
+            .unwrap();
+        let read = a.get("r.json").await.unwrap().unwrap();
+        assert_eq!((read.body, &read.etag), (b(body), &etag), "round {i}");
+    }
+    other.delete("r.json", Condition::None).await.unwrap();
+    assert!(a.get("r.json").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_store_is_consistent_across_two_handles() {
     // Two handles on one folder stand in for two processes: the lock is a file lock.
     let dir = tempfile::tempdir().unwrap();

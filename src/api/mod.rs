@@ -33,14 +33,33 @@ use crate::catalog::Catalog;
 use crate::error::Error;
 use crate::vend::Vendor;
 
+/// What every handler and middleware is given: one `Arc`, since axum clones the state for
+/// each request it routes.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+/// The services behind `AppState`.
+pub struct Services {
     pub catalog: Arc<Catalog>,
     pub vendor: Arc<Vendor>,
     pub auth: Arc<Authenticator>,
     pub audit: Arc<Audit>,
     pub data: Arc<crate::data::LanceDatasets>,
     pub data_limits: crate::data::DataLimits,
+}
+
+impl AppState {
+    pub fn new(services: Services) -> Self {
+        AppState(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
 }
 
 pub struct Limits {

@@ -19,6 +19,12 @@
 //!   as fine as its timer tick, and a freed inode is soon reused: a rewrite within one tick
 //!   could otherwise get the tag of the file it replaced, and a stale `IfMatch` pass.)
 //!
+//! Reads are served from the page cache with as few system calls as a read can take: a file
+//! read before, whose tag (one `statx` of its path) has not changed since, is answered with
+//! the bytes read then; any other is opened, measured and read in one `read` (files are
+//! never changed in place, only replaced, so the size measured is the size read). The tag
+//! changes on every write, so a remembered body is never trusted over the file.
+//!
 //! Where the work runs: reading, writing or removing one small record is a handful of
 //! system calls against the page cache (tens of microseconds), less than handing it to
 //! another thread costs, so those run on the calling task. What can take long runs on
@@ -28,12 +34,13 @@
 //! staged name removed, all under the lock) is served only where the file system has hard
 //! links, which `open` finds out once.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -69,7 +76,20 @@ struct Inner {
     links: bool,
     /// The last modification time (ns since the epoch) this process gave a file.
     last_stamp: AtomicU64,
+    /// Bodies read lately, by path, with the stamp and tag they were read at.
+    recent: RwLock<HashMap<PathBuf, (Stamp, String, Bytes)>>,
 }
+
+/// What a file's tag is made of: inode, size, modification time (s, ns).
+type Stamp = (u64, u64, i64, i64);
+
+fn stamp_of(meta: &fs::Metadata) -> Stamp {
+    (meta.ino(), meta.size(), meta.mtime(), meta.mtime_nsec())
+}
+
+/// How many bodies `recent` keeps (catalog records are a few hundred bytes each); when full
+/// it starts over.
+const RECENT_AT_MOST: usize = 1024;
 
 impl FsStore {
     /// Opens (creating it if needed) the warehouse folder `root`, syncing every write.
@@ -101,6 +121,7 @@ impl FsStore {
                 sync,
                 links,
                 last_stamp: AtomicU64::new(0),
+                recent: RwLock::new(HashMap::new()),
             }),
         };
         let removed = store
@@ -128,6 +149,7 @@ impl FsStore {
                 sync: true,
                 links: true,
                 last_stamp: AtomicU64::new(0),
+                recent: RwLock::new(HashMap::new()),
             }),
         })
     }
@@ -188,13 +210,8 @@ fn links_work(dir: &Path) -> bool {
 }
 
 fn etag_of(meta: &fs::Metadata) -> String {
-    format!(
-        "\"{:x}-{:x}-{:x}.{:x}\"",
-        meta.ino(),
-        meta.size(),
-        meta.mtime(),
-        meta.mtime_nsec()
-    )
+    let (ino, size, s, ns) = stamp_of(meta);
+    format!("\"{ino:x}-{size:x}-{s:x}.{ns:x}\"")
 }
 
 impl Inner {
@@ -212,24 +229,67 @@ impl Inner {
     }
 
     fn read(&self, path: &Path) -> StoreResult<Option<Object>> {
-        match File::open(path) {
+        // The file as it is now: its stamp (the parts of its tag) names the bytes it holds.
+        match fs::metadata(path) {
+            Ok(meta) if meta.is_file() => {
+                let now = stamp_of(&meta);
+                let recent = self.recent.read().unwrap_or_else(|p| p.into_inner());
+                if let Some((stamp, etag, body)) = recent.get(path)
+                    && *stamp == now
+                {
+                    return Ok(Some(Object {
+                        body: body.clone(),
+                        etag: etag.clone(),
+                    }));
+                }
+            }
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
+                return Ok(None);
+            }
+            Err(e) => return Err(io(e)),
+        }
+        let (stamp, object) = match File::open(path) {
             Ok(mut file) => {
                 let meta = file.metadata().map_err(io)?;
                 if meta.is_dir() {
                     return Ok(None);
                 }
-                let mut body = Vec::with_capacity(meta.len() as usize);
-                std::io::Read::read_to_end(&mut file, &mut body).map_err(io)?;
-                Ok(Some(Object {
-                    body: Bytes::from(body),
-                    etag: etag_of(&meta),
-                }))
+                // The size measured is the size written (files are only ever replaced), so
+                // one read takes it all and no second one is needed to find the end.
+                let mut body = vec![0; meta.len() as usize];
+                let mut filled = 0;
+                while filled < body.len() {
+                    match std::io::Read::read(&mut file, &mut body[filled..]) {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e) => return Err(io(e)),
+                    }
+                }
+                body.truncate(filled);
+                (
+                    stamp_of(&meta),
+                    Object {
+                        body: Bytes::from(body),
+                        etag: etag_of(&meta),
+                    },
+                )
             }
             Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
-                Ok(None)
+                return Ok(None);
             }
-            Err(e) => Err(io(e)),
+            Err(e) => return Err(io(e)),
+        };
+        let mut recent = self.recent.write().unwrap_or_else(|p| p.into_inner());
+        if recent.len() >= RECENT_AT_MOST {
+            recent.clear();
         }
+        recent.insert(
+            path.to_path_buf(),
+            (stamp, object.etag.clone(), object.body.clone()),
+        );
+        Ok(Some(object))
     }
 
     fn current_etag(&self, path: &Path) -> StoreResult<Option<String>> {
