@@ -27,17 +27,17 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, LazyLock, OnceLock, RwLock};
+use std::sync::atomic::{AtomicI64, AtomicU16, AtomicU64, Ordering};
+use std::sync::{LazyLock, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics::{
-    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram,
-    gauge, histogram,
+    Counter, Histogram, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -74,8 +74,7 @@ const MAINTENANCE_BUCKETS: &[f64] = &[
 /// Installs the Prometheus recorder (once per process) and describes every metric.
 pub fn install() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), REQUEST_BUCKETS)
-        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(STORE_SECONDS.into()), STORE_BUCKETS))
+        .set_buckets_for_metric(Matcher::Full(STORE_SECONDS.into()), STORE_BUCKETS)
         .and_then(|b| {
             b.set_buckets_for_metric(
                 Matcher::Full(MAINTENANCE_SECONDS.into()),
@@ -85,16 +84,6 @@ pub fn install() -> Result<PrometheusHandle, String> {
         .map_err(|e| format!("metrics: {e}"))?
         .install_recorder()
         .map_err(|e| format!("metrics: {e}"))?;
-    describe_counter!(
-        REQUESTS,
-        "Requests answered, by route template, method and status."
-    );
-    describe_histogram!(
-        REQUEST_SECONDS,
-        metrics::Unit::Seconds,
-        "Time to answer a request."
-    );
-    describe_gauge!(IN_FLIGHT, "Requests being served.");
     describe_counter!(
         STORE_OPS,
         "Store operations by kind and outcome; `conflict` is a refused conditional write or delete (contention)."
@@ -166,12 +155,14 @@ pub async fn serve(listener: tokio::net::TcpListener, handle: PrometheusHandle) 
 }
 
 async fn render(State(handle): State<PrometheusHandle>) -> Response {
+    let mut text = handle.render();
+    render_requests(&mut text);
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        handle.render(),
+        text,
     )
         .into_response()
 }
@@ -183,22 +174,47 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, String> {
         .map_err(|e| format!("invalid setting `metrics-listen`: cannot bind {addr}: {e}"))
 }
 
-/// Middleware: counts and times every request by its route template (never the raw path,
-/// whose ids would make a series per table). The series' handles are made the first time a
-/// route, method and status are seen and kept: a request then costs a read lock on a map,
-/// two atomic additions and a histogram push, with no label built or hashed by the recorder.
-pub async fn track(req: Request, next: Next) -> Response {
-    let route = route_series(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
-    let method = method_index(req.method());
-    let started = Instant::now();
-    // Decremented on drop: a request whose client goes away is cancelled mid-await.
-    let _in_flight = InFlight::enter();
-    let response = next.run(req).await;
-    let series = route.of(method);
-    series.duration.record(started.elapsed().as_secs_f64());
-    series.answered(route.route.as_str(), method, response.status().as_u16());
-    response
+/// The request series (`lance_gateway_requests_total`, `..._request_duration_seconds`,
+/// `..._requests_in_flight`), kept by the gateway itself rather than by the recorder, so
+/// that a request costs only what it must: a row found by its route template without a
+/// lock (a fixed table of slots, each filled once), the time taken into a histogram of
+/// atomic bucket counts (no sample kept), its status counted in a slot of its own, and two
+/// additions to the in-flight count. Nothing is allocated or locked per request; the rows
+/// are read when `/metrics` is scraped.
+pub struct Tracked {
+    row: &'static MethodRow,
+    started: Instant,
 }
+
+impl Tracked {
+    /// Starts timing a request to `route` (its template: never the raw path, whose ids
+    /// would make a series per table) with `method`.
+    pub fn start(route: Option<&str>, method: &axum::http::Method) -> Self {
+        IN_FLIGHT_NOW.fetch_add(1, Ordering::Relaxed);
+        Tracked {
+            row: ROUTES
+                .row(route.unwrap_or("unmatched"))
+                .method(method_index(method)),
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts the answer.
+    pub fn finish(self, status: u16) {
+        self.row.record(self.started.elapsed(), status);
+    }
+}
+
+impl Drop for Tracked {
+    /// Left in flight no more, answered or not (a request whose client goes away is
+    /// cancelled mid-await).
+    fn drop(&mut self) {
+        IN_FLIGHT_NOW.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+static IN_FLIGHT_NOW: AtomicI64 = AtomicI64::new(0);
+static ROUTES: LazyLock<RouteTable> = LazyLock::new(RouteTable::new);
 
 /// The methods that get a series of their own; any other token counts as `other`.
 const METHODS: [&str; 8] = [
@@ -212,84 +228,164 @@ fn method_index(method: &axum::http::Method) -> usize {
         .unwrap_or(7)
 }
 
-/// One route template's series, a slot per method, each made on first use.
-struct RouteSeries {
-    route: String,
-    methods: [OnceLock<MethodSeries>; 8],
+/// Rows by route template: open addressing on the template's hash over slots filled once;
+/// a full table sends the rest to one overflow row (the router has about sixty routes).
+struct RouteTable {
+    slots: Box<[OnceLock<RouteRow>]>,
+    overflow: RouteRow,
 }
 
-struct MethodSeries {
-    duration: Histogram,
-    /// Counters by status: a handful per route, looked up by a linear scan.
-    answered: RwLock<Vec<(u16, Counter)>>,
+const ROUTE_SLOTS: usize = 256;
+
+impl RouteTable {
+    fn new() -> Self {
+        RouteTable {
+            slots: (0..ROUTE_SLOTS).map(|_| OnceLock::new()).collect(),
+            overflow: RouteRow::new("other"),
+        }
+    }
+
+    fn row(&self, route: &str) -> &RouteRow {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        route.hash(&mut hasher);
+        let start = hasher.finish() as usize % ROUTE_SLOTS;
+        for i in 0..ROUTE_SLOTS {
+            let slot = &self.slots[(start + i) % ROUTE_SLOTS];
+            let row = slot.get_or_init(|| RouteRow::new(route));
+            if &*row.route == route {
+                return row;
+            }
+        }
+        &self.overflow
+    }
+
+    fn rows(&self) -> impl Iterator<Item = &RouteRow> {
+        self.slots
+            .iter()
+            .filter_map(OnceLock::get)
+            .chain(std::iter::once(&self.overflow))
+    }
 }
 
-impl RouteSeries {
-    fn of(&self, method: usize) -> &MethodSeries {
-        self.methods[method].get_or_init(|| MethodSeries {
-            duration: histogram!(REQUEST_SECONDS, "route" => self.route.clone(), "method" => METHODS[method]),
-            answered: RwLock::new(Vec::new()),
+/// One route template's series, a row per method, each made on first use.
+struct RouteRow {
+    route: Box<str>,
+    methods: [OnceLock<MethodRow>; 8],
+}
+
+impl RouteRow {
+    fn new(route: &str) -> Self {
+        RouteRow {
+            route: route.into(),
+            methods: Default::default(),
+        }
+    }
+
+    fn method(&self, method: usize) -> &MethodRow {
+        self.methods[method].get_or_init(MethodRow::default)
+    }
+}
+
+/// One route and method: answers by status, and the time they took.
+#[derive(Default)]
+struct MethodRow {
+    /// How many took at most each of `REQUEST_BUCKETS` (not cumulated), then the rest.
+    buckets: [AtomicU64; REQUEST_BUCKETS.len() + 1],
+    nanos: AtomicU64,
+    /// Answers by status: a slot per status seen (status 0: free); the last slot counts any
+    /// more statuses than the others hold, as `other`.
+    statuses: [(AtomicU16, AtomicU64); 16],
+}
+
+impl MethodRow {
+    fn record(&self, took: Duration, status: u16) {
+        let secs = took.as_secs_f64();
+        let bucket = REQUEST_BUCKETS.partition_point(|b| *b < secs);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.nanos
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        let last = self.statuses.len() - 1;
+        for (i, (code, count)) in self.statuses.iter().enumerate() {
+            let seen = code.load(Ordering::Relaxed);
+            let mine = i == last
+                || seen == status
+                || (seen == 0
+                    && match code.compare_exchange(0, status, Ordering::Relaxed, Ordering::Relaxed)
+                    {
+                        Ok(_) => true,
+                        Err(now) => now == status,
+                    });
+            if mine {
+                count.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+}
+
+/// The request series in Prometheus's text format.
+fn render_requests(out: &mut String) {
+    use std::fmt::Write;
+    let rows: Vec<(&RouteRow, &'static str, &MethodRow)> = ROUTES
+        .rows()
+        .flat_map(|r| {
+            r.methods
+                .iter()
+                .enumerate()
+                .filter_map(move |(m, row)| row.get().map(|row| (r, METHODS[m], row)))
         })
+        .collect();
+    let label = |route: &str| route.replace('\\', "\\\\").replace('"', "\\\"");
+    let _ = writeln!(
+        out,
+        "# HELP {REQUESTS} Requests answered, by route template, method and status.\n# TYPE {REQUESTS} counter"
+    );
+    for (r, method, row) in &rows {
+        let route = label(&r.route);
+        let last = row.statuses.len() - 1;
+        for (i, (code, count)) in row.statuses.iter().enumerate() {
+            let (code, count) = (code.load(Ordering::Relaxed), count.load(Ordering::Relaxed));
+            let code = match (i == last, code) {
+                (true, _) if count > 0 => "other".to_string(),
+                (false, c) if c != 0 => c.to_string(),
+                _ => continue,
+            };
+            let _ = writeln!(
+                out,
+                "{REQUESTS}{{route=\"{route}\",method=\"{method}\",status=\"{code}\"}} {count}"
+            );
+        }
     }
-}
-
-impl MethodSeries {
-    fn answered(&self, route: &str, method: usize, status: u16) {
-        let known = |list: &Vec<(u16, Counter)>| {
-            list.iter()
-                .find(|(s, _)| *s == status)
-                .map(|(_, c)| c.clone())
-        };
-        let found = known(&self.answered.read().unwrap_or_else(|e| e.into_inner()));
-        let counter = found.unwrap_or_else(|| {
-            let mut list = self.answered.write().unwrap_or_else(|e| e.into_inner());
-            known(&list).unwrap_or_else(|| {
-                let made = counter!(REQUESTS, "route" => route.to_string(), "method" => METHODS[method], "status" => status.to_string());
-                list.push((status, made.clone()));
-                made
-            })
-        });
-        counter.increment(1);
+    let _ = writeln!(
+        out,
+        "# HELP {REQUEST_SECONDS} Time to answer a request.\n# TYPE {REQUEST_SECONDS} histogram"
+    );
+    for (r, method, row) in &rows {
+        let route = label(&r.route);
+        let mut total = 0;
+        for (i, n) in row.buckets.iter().enumerate() {
+            total += n.load(Ordering::Relaxed);
+            let le = match REQUEST_BUCKETS.get(i) {
+                Some(b) => b.to_string(),
+                None => "+Inf".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "{REQUEST_SECONDS}_bucket{{route=\"{route}\",method=\"{method}\",le=\"{le}\"}} {total}"
+            );
+        }
+        let sum = row.nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "{REQUEST_SECONDS}_sum{{route=\"{route}\",method=\"{method}\"}} {sum}\n{REQUEST_SECONDS}_count{{route=\"{route}\",method=\"{method}\"}} {total}"
+        );
     }
-}
-
-/// The series of a route template (`unmatched` for requests no route took), made once.
-fn route_series(route: Option<&str>) -> Arc<RouteSeries> {
-    static ROUTES: LazyLock<RwLock<HashMap<String, Arc<RouteSeries>>>> =
-        LazyLock::new(Default::default);
-    let route = route.unwrap_or("unmatched");
-    if let Some(found) = ROUTES.read().unwrap_or_else(|e| e.into_inner()).get(route) {
-        return found.clone();
-    }
-    ROUTES
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(route.to_string())
-        .or_insert_with(|| {
-            Arc::new(RouteSeries {
-                route: route.to_string(),
-                methods: Default::default(),
-            })
-        })
-        .clone()
-}
-
-/// A request counted in flight until dropped.
-struct InFlight;
-
-static IN_FLIGHT_GAUGE: LazyLock<Gauge> = LazyLock::new(|| gauge!(IN_FLIGHT));
-
-impl InFlight {
-    fn enter() -> Self {
-        IN_FLIGHT_GAUGE.increment(1.0);
-        InFlight
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        IN_FLIGHT_GAUGE.decrement(1.0);
-    }
+    let _ = writeln!(
+        out,
+        "# HELP {IN_FLIGHT} Requests being served.\n# TYPE {IN_FLIGHT} gauge\n{IN_FLIGHT} {}",
+        IN_FLIGHT_NOW.load(Ordering::Relaxed)
+    );
 }
 
 /// Handles made once per key: the first use registers the series with the recorder, every
@@ -378,4 +474,49 @@ pub fn maintenance_run(task: &'static str, outcome: &str, seconds: f64, reclaime
 /// How many tables are due for `task`, as this gateway last found them.
 pub fn maintenance_due(task: &'static str, tables: usize) {
     gauge!(MAINTENANCE_DUE, "task" => task).set(tables as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_counts_by_bucket_and_status_and_renders_as_prometheus_reads_it() {
+        let row = MethodRow::default();
+        row.record(Duration::from_micros(300), 200);
+        row.record(Duration::from_micros(500), 200);
+        row.record(Duration::from_millis(40), 404);
+        row.record(Duration::from_secs(60), 503);
+        // Bucket bounds are inclusive (`le`); past the last one is +Inf.
+        let counts: Vec<u64> = row
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(counts[0], 2);
+        assert_eq!(counts[REQUEST_BUCKETS.partition_point(|b| *b < 0.04)], 1);
+        assert_eq!(counts[REQUEST_BUCKETS.len()], 1);
+        // More statuses than slots: the rest are counted as `other`, none lost.
+        for code in 1000..1020 {
+            row.record(Duration::from_millis(1), code);
+        }
+        let total: u64 = row
+            .statuses
+            .iter()
+            .map(|(_, n)| n.load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(total, 24);
+        let route = ROUTES.row("/test/{id}");
+        assert!(std::ptr::eq(route, ROUTES.row("/test/{id}")));
+        route.method(1).record(Duration::from_millis(2), 201);
+        let mut text = String::new();
+        render_requests(&mut text);
+        assert!(text.contains(
+            "lance_gateway_requests_total{route=\"/test/{id}\",method=\"POST\",status=\"201\"} 1"
+        ));
+        assert!(text.contains(
+            "lance_gateway_request_duration_seconds_bucket{route=\"/test/{id}\",method=\"POST\",le=\"+Inf\"} 1"
+        ));
+        assert!(text.contains("lance_gateway_requests_in_flight 0"));
+    }
 }

@@ -200,7 +200,7 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
     for op in UNSERVED_TABLE_ROUTES {
         routes = routes.route(&format!("/v1/table/{{id}}/{op}"), any(unsupported));
     }
-    let timeout = limits.request_timeout;
+    let (timeout, metrics) = (limits.request_timeout, limits.metrics);
     let routes = routes
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
@@ -208,13 +208,8 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state, guard::guard))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
-            frame(req, next, timeout)
+            frame(req, next, timeout, metrics)
         }));
-    let routes = if limits.metrics {
-        routes.layer(middleware::from_fn(crate::telemetry::track))
-    } else {
-        routes
-    };
     routes.layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(REQUEST_ID, RequestIds))
@@ -265,9 +260,17 @@ where
 const LANCEDB_SERVER_VERSION: HeaderValue = HeaderValue::from_static("0.3.0");
 
 /// What every request runs inside, in one layer: what error answers need of it recorded
-/// (`error::Served`), the request timeout, and the server version LanceDB's remote client
-/// reads from every answer.
-async fn frame(req: Request, next: Next, timeout: Duration) -> Response {
+/// (`error::Served`), the request timeout, the server version LanceDB's remote client
+/// reads from every answer, and (while metrics are served) the request's series.
+async fn frame(req: Request, next: Next, timeout: Duration, metrics: bool) -> Response {
+    let tracked = metrics.then(|| {
+        crate::telemetry::Tracked::start(
+            req.extensions()
+                .get::<axum::extract::MatchedPath>()
+                .map(|p| p.as_str()),
+            req.method(),
+        )
+    });
     let remote = req.headers().contains_key(extract::LANCEDB_DATABASE);
     let served = error::Served {
         uri: req.uri().clone(),
@@ -290,6 +293,9 @@ async fn frame(req: Request, next: Next, timeout: Duration) -> Response {
             HeaderName::from_static("phalanx-version"),
             LANCEDB_SERVER_VERSION,
         );
+    }
+    if let Some(tracked) = tracked {
+        tracked.finish(response.status().as_u16());
     }
     response
 }
