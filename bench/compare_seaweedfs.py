@@ -109,6 +109,10 @@ def main():
         print(f"  {name:20} {what:8} {outcome}")
     print(f"\nMetadata benchmark on SeaweedFS, {args.tables} tables, wrk -t2 -c16 -d{args.seconds}s")
     gwb, swb = bench.get("lance-gateway", {}), bench.get("SeaweedFS built-in", {})
+    for name, figures in bench.items():
+        if "error" in figures:
+            print(f"{name}: the benchmark failed: {figures['error']}")
+    gwb = {k: v for k, v in gwb.items() if k != "error"}
     print(f"{'metric':34} {'gateway':>10} {'SeaweedFS':>10} {'ratio':>7}")
     for metric in gwb:
         if metric in swb and isinstance(swb[metric], float):

@@ -136,6 +136,9 @@ def bench_server(server, tables, seconds, wrk, base=()):
     if errors:
         raise RuntimeError(f"{server.name}: {errors.group(1)} failed describes under load")
 
+    # A new connection: the first sat idle through the load, longer than a server may keep
+    # an idle connection open (the gateway closes one after --header-timeout-secs).
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     t0 = time.perf_counter()
     seen, token = 0, None
     while True:
