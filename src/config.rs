@@ -342,6 +342,10 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_MANAGED_VERSIONING")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub managed_versioning: Option<bool>,
+    /// Serve the web console at /ui/ (its files are in the binary; what it shows, it asks the REST routes for, under the caller's credential) [default: true].
+    #[arg(long, env = "LANCE_GATEWAY_CONSOLE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub console: Option<bool>,
     /// Maintain tables by itself: compact small fragments, bring indices up to date, remove old versions, under each table's policy (see --maintenance-policy) [default: true].
     #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -481,6 +485,7 @@ pub struct Config {
     pub recovery_interval: Duration,
     pub fs_sync: bool,
     pub managed_versioning: bool,
+    pub console: bool,
     pub maintenance: crate::maintain::Settings,
     pub maintenance_policy: crate::catalog::policy::Policy,
     pub node_id: String,
@@ -794,6 +799,7 @@ impl Config {
             fs_sync: s.fs_sync.unwrap_or(true),
             managed_versioning: s.managed_versioning.unwrap_or(false),
             maintenance,
+            console: s.console.unwrap_or(true),
             maintenance_policy,
             node_id,
             log_format: s.log_format.unwrap_or(LogFormat::Text),

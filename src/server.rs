@@ -362,6 +362,7 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         max_body_bytes: config.max_body_bytes,
         request_timeout: config.request_timeout,
         metrics: config.metrics_listen.is_some(),
+        console: config.console,
     };
     let app = tower::ServiceBuilder::new()
         .map_request(api::normalize_path)

@@ -1,6 +1,7 @@
 //! HTTP only: the router, the middleware every request passes through, and the routes of
 //! the spec that are not served (answered with Unsupported, code 0).
 
+pub mod console;
 pub mod data;
 pub mod error;
 pub mod extract;
@@ -68,6 +69,8 @@ pub struct Limits {
     /// Count and time requests (only while metrics are served: otherwise the bookkeeping
     /// would cost every request for nothing).
     pub metrics: bool,
+    /// Serve the web console at `/ui/`.
+    pub console: bool,
 }
 
 pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -80,6 +83,7 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
     let mut routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/v1/whoami", get(console::whoami))
         .route("/v1/namespace/{id}/create", post(namespace::create))
         .route("/v1/namespace/{id}/list", get(namespace::list))
         // `/v1/namespace/./list` with the `.` delimiter arrives here after the client's URL
@@ -193,12 +197,24 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         )
         .route("/v1/table/version/batch-create", any(unsupported))
         .route("/v1/table/batch-commit", any(unsupported))
+        .route(
+            "/v1/table/{id}/transaction/list",
+            get(transaction::list_for_table),
+        )
         .route("/v1/transaction/{id}/describe", post(transaction::describe))
         .route("/v1/transaction/{id}/alter", post(transaction::alter))
         .route("/v1/materialized_view/{id}/create", any(unsupported))
         .route("/v1/materialized_view/{id}/refresh", any(unsupported));
     for op in UNSERVED_TABLE_ROUTES {
         routes = routes.route(&format!("/v1/table/{{id}}/{op}"), any(unsupported));
+    }
+    if limits.console {
+        routes = routes
+            // `/ui/` arrives as `/ui` (trailing slashes are trimmed before routing).
+            .route("/ui", get(console::index))
+            .route("/ui/index.html", get(console::index))
+            .route("/ui/app.js", get(console::script))
+            .route("/ui/app.css", get(console::style));
     }
     let (timeout, metrics) = (limits.request_timeout, limits.metrics);
     let routes = routes

@@ -209,3 +209,47 @@ pub async fn alter(
         ..Default::default()
     }))
 }
+
+/// `GET /v1/table/{id}/transaction/list[?limit=N]` (a lance-gateway route, for the console):
+/// the table's transactions still on record (a day after they end), newest first, each as
+/// DescribeTransaction answers it.
+pub async fn list_for_table(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    target: super::extract::Target,
+    uri: axum::http::Uri,
+) -> Result<Json<serde_json::Value>> {
+    if target.id.is_empty() {
+        return Err(Error::invalid("the route needs a table id"));
+    }
+    let limit = match uri.query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "limit")
+            .map(|(_, v)| v.into_owned())
+    }) {
+        None => 50,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n @ 1..=1000) => n,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "limit must be 1 to 1000, not '{v}'"
+                )));
+            }
+        },
+    };
+    // The table must exist and be the caller's to read.
+    state.catalog.describe_table(&ctx, &target.id).await?;
+    let records = state
+        .catalog
+        .table_transactions(&ctx, &target.id, limit)
+        .await?;
+    let transactions: Vec<serde_json::Value> = records
+        .into_iter()
+        .map(|record| {
+            let id = record.id.clone();
+            let (status, properties) = answer(record);
+            serde_json::json!({ "id": id, "status": status, "properties": properties })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "transactions": transactions })))
+}

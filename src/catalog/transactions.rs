@@ -334,6 +334,46 @@ impl Catalog {
         }
     }
 
+    /// The transactions of table `id` still on record (a day after they end), newest first,
+    /// at most `limit`: for the console's view of a table. The records of the table's cell
+    /// are read newest first until `limit` of this table's are found; the caller must be
+    /// able to read the table.
+    pub async fn table_transactions(
+        &self,
+        ctx: &Ctx,
+        id: &[String],
+        limit: usize,
+    ) -> Result<Vec<TransactionRecord>> {
+        if self.access(ctx, id) < Level::Read {
+            return Err(Error::new(
+                Code::TableNotFound,
+                format!("table '{}' not found", self.show(id)),
+            ));
+        }
+        let prefix = Layout::transactions_prefix(&self.layout.place(id)?.cell);
+        let keys = self.all_keys(&prefix, true).await?;
+        let mut found = Vec::new();
+        // Keys sort by start time: the newest are last. Read a few at a time.
+        for chunk in keys.rchunks(16) {
+            let reads = chunk.iter().rev().map(|key| self.store.get(key));
+            for (key, obj) in chunk
+                .iter()
+                .rev()
+                .zip(futures::future::join_all(reads).await)
+            {
+                let Some(obj) = obj? else { continue };
+                let record: TransactionRecord = decode(key, &obj.body)?;
+                if record.table == id {
+                    found.push(record);
+                    if found.len() >= limit {
+                        return Ok(found);
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// Removes the records of transactions in `cell` that finished (or were abandoned)
     /// more than `KEEP` ago; answers how many.
     pub(crate) async fn sweep_transactions(&self, cell: &str) -> Result<u64> {

@@ -10,6 +10,7 @@
 
 pub mod index;
 pub mod ipc;
+pub mod json;
 pub mod maintain;
 pub mod read;
 pub mod refs;

@@ -50,11 +50,12 @@ fn table_version(dataset: &Dataset, v: &lance::dataset::Version) -> TableVersion
     }
 }
 
-/// One page of the dataset's versions, oldest first unless `descending`. The page token is
-/// the last version of the page before. The versions are listed without reading their
-/// manifests, and only the page's are read (none for the newest, which `dataset` holds): Lance
-/// and LanceDB ask for the newest version before every commit of a managed table, and with
-/// `read_consistency_interval=0` before every read.
+/// One page of the dataset's versions, oldest first unless `descending`, each with the
+/// operation that made it (`metadata.operation`). The page token is the last version of the
+/// page before. The versions are listed without reading their manifests, and only the page's
+/// are read, with their transaction files. The newest alone, asked for with `limit=1`, reads
+/// nothing (`dataset` holds it): Lance and LanceDB ask for it before every commit of a
+/// managed table, and with `read_consistency_interval=0` before every read.
 pub async fn list_versions(
     dataset: &Dataset,
     descending: bool,
@@ -101,11 +102,11 @@ pub async fn list_versions(
     };
     let mut versions = Vec::with_capacity(page.len());
     for number in page {
-        let version = if number == dataset.version().version {
-            dataset.version()
+        let (version, operation) = if number == dataset.version().version {
+            (dataset.version(), operation_of(dataset).await)
         } else {
             match dataset.checkout_version(number).await {
-                Ok(at) => at.version(),
+                Ok(at) => (at.version(), operation_of(&at).await),
                 // Removed since the listing (a cleanup): not a version any more.
                 Err(lance::Error::NotFound { .. } | lance::Error::DatasetNotFound { .. }) => {
                     continue;
@@ -113,9 +114,25 @@ pub async fn list_versions(
                 Err(e) => return Err(lance_error(e)),
             }
         };
-        versions.push(table_version(dataset, &version));
+        let mut listed = table_version(dataset, &version);
+        if let Some(operation) = operation {
+            listed
+                .metadata
+                .get_or_insert_default()
+                .insert("operation".into(), operation);
+        }
+        versions.push(listed);
     }
     Ok((versions, next))
+}
+
+/// The operation that made the version `dataset` is at (`Append`, `Overwrite`, `Rewrite`
+/// for a compaction, ...), from its transaction file; none if Lance kept no such file.
+async fn operation_of(dataset: &Dataset) -> Option<String> {
+    match dataset.read_transaction().await {
+        Ok(Some(t)) => Some(t.operation.name().to_string()),
+        _ => None,
+    }
 }
 
 /// DescribeTableVersion: `dataset` already checked out at the version asked for.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use lance_namespace::models::GetTableStatsResponse;
 use serde::Deserialize;
 
@@ -17,7 +17,7 @@ use crate::api::AppState;
 use crate::api::extract::{JsonBody, Target};
 use crate::data::read::Query;
 use crate::data::{At, ipc, read};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fields;
 
 fields!(Query, "QueryTable", served: [
@@ -39,8 +39,10 @@ pub async fn query(
     State(state): State<AppState>,
     ctx: Ctx,
     target: Target,
+    headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<Query>,
 ) -> Result<Response> {
+    let json = wants_json(&headers);
     target.check_body_id(req.id.as_ref())?;
     read::check(&req)?;
     let record = table(&state, &ctx, &target, Level::Read, "querying").await?;
@@ -55,7 +57,12 @@ pub async fn query(
         read::Answer::Whole(ipc::encode_file(&ipc::empty_schema(), &[]).unwrap_or_default())
     })?;
     match answer {
+        read::Answer::Whole(bytes) if json => Ok(Json(json_rows(&bytes)?).into_response()),
         read::Answer::Whole(bytes) => Ok(arrow_file(bytes.into())),
+        read::Answer::Streaming(_) if json => Err(Error::invalid(
+            "the answer is too large to send as JSON (over 8 MiB as Arrow): ask for fewer rows \
+             or columns, or for Arrow",
+        )),
         read::Answer::Streaming(rest) => {
             // The rest is read and written on the data runtime while the body goes out.
             let (tx, rx) = tokio::sync::mpsc::channel(4);
@@ -66,6 +73,28 @@ pub async fn query(
             Ok(arrow_file(Body::from_stream(chunks)))
         }
     }
+}
+
+/// Whether the caller asked for the rows as JSON (`Accept: application/json`, as the
+/// console does) rather than Arrow, the spec's answer.
+fn wants_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.split(';').next().map(str::trim) == Some("application/json"))
+}
+
+/// An Arrow IPC file's rows as JSON (`data::json`).
+fn json_rows(file: &[u8]) -> Result<serde_json::Value> {
+    let reader = arrow_ipc::reader::FileReader::try_new(std::io::Cursor::new(file), None)
+        .map_err(|e| Error::internal("could not read the answer back", e))?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::internal("could not read the answer back", e))?;
+    Ok(crate::data::json::rows(&schema, &batches))
 }
 
 #[derive(Deserialize, Default)]
