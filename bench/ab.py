@@ -11,7 +11,7 @@ nothing else) shows what this machine gives an HTTP server that does no work.
 Timings vary with the machine's load: read the figures, never test them. Usage:
   python bench/ab.py --old BIN --new BIN [--bare BIN] [--rounds 2] [--tables 1000]
                      [--seconds 10] [--connections 32] [--rss-tables 10000] [--describe-only]
-                     [--extra-args '--metrics-listen 127.0.0.1:0']
+                     [--extra-args '--metrics-listen 127.0.0.1:0'] [--old-args ...] [--new-args ...]
 """
 
 import argparse
@@ -143,6 +143,9 @@ def main():
     ap.add_argument("--rss-tables", type=int, default=10000)
     ap.add_argument("--describe-only", action="store_true", help="describe under load alone (no declares, walk or RSS)")
     ap.add_argument("--extra-args", default="", help="more `serve` flags for both gateways")
+    ap.add_argument("--old-args", default="", help="`serve` flags for the old gateway alone (with --old and "
+                    "--new the same binary, this measures a setting: '--console false')")
+    ap.add_argument("--new-args", default="", help="`serve` flags for the new gateway alone")
     ap.add_argument("--ratios", help="append the ratios to this file, as JSON lines (bench/guard)")
     args = ap.parse_args()
     wrk = shutil.which("wrk") or sys.exit("wrk not found: run bench/run (it installs wrk)")
@@ -157,8 +160,9 @@ def main():
     def argv_of(name, root, port):
         if name == "bare":
             return [servers[name], "--listen", f"127.0.0.1:{port}"]
+        own = args.old_args if name == "old" else args.new_args
         return [servers[name], "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", root, "--fs-sync", "false",
-                *shlex.split(args.extra_args)]
+                *shlex.split(args.extra_args), *shlex.split(own)]
 
     roots = []
     try:
