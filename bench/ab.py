@@ -92,6 +92,9 @@ def workload(server, args, wrk):
     results["describe CPU, kernel (µs/req)"] = system
     if not args.describe_only:
         import time
+        # A new connection: the first sat idle through the load, which may outlast the
+        # gateway's idle-connection timeout (--header-timeout-secs, 10 s).
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
         t0 = time.perf_counter()
         seen, token = 0, None
         while True:
