@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lance_gateway::catalog::layout::{Layout, Warehouse};
-use lance_gateway::catalog::{Catalog, CreateMode, DropBehavior, DropMode, Settings};
+use lance_gateway::catalog::layout::Warehouse;
+use lance_gateway::catalog::{Catalog, CreateMode, DropBehavior, DropMode};
 use lance_gateway::error::Code;
 use lance_gateway::store::Store;
 use lance_gateway::store::fs::FsStore;
@@ -22,16 +22,7 @@ fn id(parts: &[&str]) -> Vec<String> {
 }
 
 async fn open(store: Arc<dyn Store>, warehouse: Warehouse, grace: Duration) -> Arc<Catalog> {
-    Arc::new(
-        Catalog::open(
-            store,
-            Layout::new(warehouse),
-            Arc::new(common::NoDatasets),
-            Settings::new(grace, "rules-gw"),
-        )
-        .await
-        .unwrap(),
-    )
+    common::open_catalog(store, warehouse, grace, "rules-gw").await
 }
 
 /// A new namespace with a unique name under `base`, for one scenario.

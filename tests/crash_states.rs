@@ -18,7 +18,7 @@ use lance_gateway::catalog::layout::{Layout, Warehouse};
 use lance_gateway::catalog::records::{
     FORMAT_VERSION, Intent, IntentKind, IntentState, Mark, TableRecord, encode,
 };
-use lance_gateway::catalog::{Catalog, CreateMode, DropBehavior, DropMode, Settings, recovery};
+use lance_gateway::catalog::{Catalog, CreateMode, DropBehavior, DropMode, recovery};
 use lance_gateway::error::{Code, Result};
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
@@ -119,16 +119,7 @@ async fn world(kind: Kind) -> World {
 }
 
 async fn open(store: Arc<dyn Store>, warehouse: Warehouse, node: &str) -> Arc<Catalog> {
-    Arc::new(
-        Catalog::open(
-            store,
-            Layout::new(warehouse),
-            Arc::new(common::NoDatasets),
-            Settings::new(GRACE, node),
-        )
-        .await
-        .unwrap(),
-    )
+    common::open_catalog(store, warehouse, GRACE, node).await
 }
 
 impl World {

@@ -13,7 +13,7 @@ use lance_gateway::access::Ctx;
 use lance_gateway::catalog::layout::{Layout, Warehouse};
 use lance_gateway::catalog::leases::Taken;
 use lance_gateway::catalog::maintenance::{LastRun, Upkeep};
-use lance_gateway::catalog::{Catalog, CreateMode, Settings};
+use lance_gateway::catalog::{Catalog, CreateMode};
 use lance_gateway::error::Code;
 use lance_gateway::store::Store;
 use lance_gateway::store::fs::FsStore;
@@ -23,16 +23,7 @@ use lance_gateway::store::s3::{S3Root, S3Store};
 const GRACE: Duration = Duration::from_secs(2);
 
 async fn open(store: Arc<dyn Store>, warehouse: Warehouse, node: &str) -> Arc<Catalog> {
-    Arc::new(
-        Catalog::open(
-            store,
-            Layout::new(warehouse),
-            Arc::new(common::NoDatasets),
-            Settings::new(GRACE, node),
-        )
-        .await
-        .unwrap(),
-    )
+    common::open_catalog(store, warehouse, GRACE, node).await
 }
 
 fn props(pairs: &[(&str, &str)]) -> HashMap<String, String> {

@@ -83,3 +83,23 @@ impl lance_gateway::catalog::DatasetReader for NoDatasets {
         Ok(lance_gateway::catalog::DatasetDetails::default())
     }
 }
+
+/// A catalog over `store` as gateway `node`, settling others' unfinished operations after
+/// `grace`, with no datasets to read.
+pub async fn open_catalog(
+    store: DynStore,
+    warehouse: lance_gateway::catalog::layout::Warehouse,
+    grace: std::time::Duration,
+    node: &str,
+) -> Arc<lance_gateway::catalog::Catalog> {
+    Arc::new(
+        lance_gateway::catalog::Catalog::open(
+            store,
+            lance_gateway::catalog::layout::Layout::new(warehouse),
+            Arc::new(NoDatasets),
+            lance_gateway::catalog::Settings::new(grace, node),
+        )
+        .await
+        .expect("the catalog opens"),
+    )
+}
