@@ -261,8 +261,10 @@ def test_rows_appended_after_an_ivf_pq_build_become_indexed(wh):
         # (Unless a sweep came between the append and this look.)
         assert unindexed() == 600 or last_run(gw, table_id, "index")
         wait_for("the index to take the new rows", lambda: unindexed() == 0)
-        run = last_run(gw, table_id, "index")
-        assert run and run["outcome"] == "succeeded", run
+        # The run is recorded right after its commit: a look in between finds the new index
+        # and no record yet.
+        run = wait_for("the index run to be recorded", lambda: last_run(gw, table_id, "index"))
+        assert run["outcome"] == "succeeded", run
         ds = open_table(gw, table_id)
         queries = rows(5000, 5, dim).column("vector").to_pylist()
         for q in queries:
