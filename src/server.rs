@@ -140,11 +140,10 @@ pub async fn build_parts(config: &Config, writes: bool) -> Result<Parts, String>
                         sts_conf = sts_conf.endpoint_url(e);
                     }
                     let client = aws_sdk_sts::Client::from_conf(sts_conf.build());
-                    vendor(CredentialPolicy::None)?.with_sts(Sts::new(
-                        client,
-                        sts.role_arn.clone(),
-                        sts.duration,
-                    ))
+                    vendor(CredentialPolicy::None)?.with_sts(
+                        Sts::new(client, sts.role_arn.clone(), sts.duration)
+                            .with_commit_gate(config.managed_versioning),
+                    )
                 }
                 None => vendor(config.credentials)?,
             };

@@ -40,6 +40,8 @@ pub struct Sts {
     client: Client,
     role_arn: String,
     duration: Duration,
+    /// Whether write credentials stop short of final manifest names (`session_policy`).
+    gate: bool,
     cache: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Option<Issued>>>>>,
 }
 
@@ -55,8 +57,12 @@ pub fn bucket_and_prefix(location: &str) -> Result<(String, String)> {
     Ok((bucket.to_string(), key.to_string()))
 }
 
-/// The session policy for one table's folder, or why none may be written for it.
-pub fn session_policy(bucket: &str, prefix: &str, write: bool) -> Result<String> {
+/// The session policy for one table's folder, or why none may be written for it. With
+/// `gate` (managed versioning), write access stops short of the final manifest names
+/// (`*.manifest` anywhere in the folder: `_versions/` of main and of every branch): a client
+/// writes data files and staged manifests (`<final name>-<id>`), and only the catalog, with
+/// its own keys, publishes a version, so no client can commit behind its back.
+pub fn session_policy(bucket: &str, prefix: &str, write: bool, gate: bool) -> Result<String> {
     let refuse = |why: &str| {
         Error::invalid(format!(
             "credentials cannot be scoped to 's3://{bucket}/{prefix}': {why}"
@@ -86,24 +92,30 @@ pub fn session_policy(bucket: &str, prefix: &str, write: bool) -> Result<String>
             "s3:ListMultipartUploadParts",
         ]);
     }
-    let policy = serde_json::json!({
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "TableObjects",
-                "Effect": "Allow",
-                "Action": object_actions,
-                "Resource": [format!("arn:aws:s3:::{bucket}/{prefix}/*")],
-            },
-            {
-                "Sid": "TableListing",
-                "Effect": "Allow",
-                "Action": ["s3:ListBucket"],
-                "Resource": [format!("arn:aws:s3:::{bucket}")],
-                "Condition": {"StringLike": {"s3:prefix": [format!("{prefix}/*")]}},
-            },
-        ],
-    });
+    let mut statements = vec![
+        serde_json::json!({
+            "Sid": "TableObjects",
+            "Effect": "Allow",
+            "Action": object_actions,
+            "Resource": [format!("arn:aws:s3:::{bucket}/{prefix}/*")],
+        }),
+        serde_json::json!({
+            "Sid": "TableListing",
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{bucket}")],
+            "Condition": {"StringLike": {"s3:prefix": [format!("{prefix}/*")]}},
+        }),
+    ];
+    if write && gate {
+        statements.push(serde_json::json!({
+            "Sid": "CatalogPublishesVersions",
+            "Effect": "Deny",
+            "Action": ["s3:PutObject", "s3:DeleteObject"],
+            "Resource": [format!("arn:aws:s3:::{bucket}/{prefix}/*.manifest")],
+        }));
+    }
+    let policy = serde_json::json!({"Version": "2012-10-17", "Statement": statements});
     Ok(policy.to_string())
 }
 
@@ -129,8 +141,15 @@ impl Sts {
             client,
             role_arn,
             duration,
+            gate: false,
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Under managed versioning: write credentials may not write final manifest names.
+    pub fn with_commit_gate(mut self, gate: bool) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// Whether credentials still have more than half of the lifetime they were given.
@@ -150,7 +169,7 @@ impl Sts {
         write: bool,
     ) -> Result<Issued> {
         let (bucket, prefix) = bucket_and_prefix(location)?;
-        let policy = session_policy(&bucket, &prefix, write)?;
+        let policy = session_policy(&bucket, &prefix, write, self.gate)?;
         let slot = {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             if cache.len() > 10_000 {
@@ -212,7 +231,8 @@ mod tests {
     #[test]
     fn policies_allow_only_the_tables_folder() {
         let read: serde_json::Value =
-            serde_json::from_str(&session_policy("lance", "ml/t1.lance", false).unwrap()).unwrap();
+            serde_json::from_str(&session_policy("lance", "ml/t1.lance", false, true).unwrap())
+                .unwrap();
         assert_eq!(
             read["Statement"][0]["Resource"][0],
             "arn:aws:s3:::lance/ml/t1.lance/*"
@@ -225,11 +245,30 @@ mod tests {
             read["Statement"][1]["Condition"]["StringLike"]["s3:prefix"][0], "ml/t1.lance/*",
             "listing under the folder only, never the bare prefix"
         );
+        assert_eq!(read["Statement"].as_array().unwrap().len(), 2);
         let write: serde_json::Value =
-            serde_json::from_str(&session_policy("lance", "ml/t1.lance", true).unwrap()).unwrap();
+            serde_json::from_str(&session_policy("lance", "ml/t1.lance", true, false).unwrap())
+                .unwrap();
         let actions = write["Statement"][0]["Action"].as_array().unwrap();
         assert!(actions.iter().any(|a| a == "s3:PutObject"));
         assert!(!actions.iter().any(|a| a.as_str().unwrap().contains('*')));
+        assert_eq!(write["Statement"].as_array().unwrap().len(), 2);
+        // Under managed versioning the final manifests are the catalog's to write.
+        let gated: serde_json::Value =
+            serde_json::from_str(&session_policy("lance", "ml/t1.lance", true, true).unwrap())
+                .unwrap();
+        let deny = &gated["Statement"][2];
+        assert_eq!(deny["Effect"], "Deny");
+        assert_eq!(
+            deny["Resource"][0],
+            "arn:aws:s3:::lance/ml/t1.lance/*.manifest"
+        );
+        assert!(
+            session_policy("lance", "ml/t1.lance", true, true)
+                .unwrap()
+                .len()
+                < 2048
+        );
     }
 
     #[test]
@@ -243,7 +282,10 @@ mod tests {
             ("lance", "ml//t"),
             ("lance", "a\"b"),
         ] {
-            assert!(session_policy(bucket, prefix, true).is_err(), "{prefix}");
+            assert!(
+                session_policy(bucket, prefix, true, true).is_err(),
+                "{prefix}"
+            );
         }
         assert_eq!(
             bucket_and_prefix("s3://b/wh/ml/t.lance/").unwrap(),

@@ -22,8 +22,9 @@ from security import call, enc, make_key, write
 from test_security import grants_toml
 
 
-@pytest.fixture
-def sts_gateway(seaweed):
+def sts_gateway_at(seaweed, *extra: str):
+    """A gateway vending STS credentials over a fresh bucket, with API keys: `admin`, and
+    `reader`/`writer` of table ml.a, `builder` of ml.lt."""
     bucket = f"lg-sts-{uuid.uuid4().hex[:8]}"
     admin_s3 = boto3.client("s3", endpoint_url=seaweed.endpoint, region_name="us-east-1",
                             aws_access_key_id=seaweedfs.ADMIN_KEY, aws_secret_access_key=seaweedfs.ADMIN_SECRET)
@@ -40,11 +41,24 @@ def sts_gateway(seaweed):
     ]))
     args = ["--warehouse", f"s3://{bucket}/wh", "--s3-endpoint", seaweed.endpoint, "--s3-region", "us-east-1",
             "--credentials", "sts", "--sts-role-arn", seaweedfs.STS_ROLE_ARN, "--sts-duration-secs", "900",
-            "--api-keys", keys_file, "--grants", grants_file, "--audit-log", audit]
+            "--api-keys", keys_file, "--grants", grants_file, "--audit-log", audit, *extra]
     env = {"AWS_ACCESS_KEY_ID": seaweedfs.ADMIN_KEY, "AWS_SECRET_ACCESS_KEY": seaweedfs.ADMIN_SECRET}
     gw = start_gateway(args, env)
-    yield {"gw": gw, "keys": {k: v[0] for k, v in keys.items()}, "bucket": bucket, "s3": admin_s3,
-           "endpoint": seaweed.endpoint, "audit": audit}
+    return gw, {"gw": gw, "keys": {k: v[0] for k, v in keys.items()}, "bucket": bucket, "s3": admin_s3,
+                "endpoint": seaweed.endpoint, "audit": audit}
+
+
+@pytest.fixture
+def sts_gateway(seaweed):
+    gw, g = sts_gateway_at(seaweed)
+    yield g
+    assert gw.stop() == 0
+
+
+@pytest.fixture
+def sts_managed(seaweed):
+    gw, g = sts_gateway_at(seaweed, "--managed-versioning", "true")
+    yield g
     assert gw.stop() == 0
 
 
@@ -144,3 +158,55 @@ def test_clients_refresh_across_an_expiry(sts_gateway):
     data = [{"id": i, "vector": [float(i), 1.0]} for i in range(32)]
     db.create_table("lt", data=data, namespace_path=["ml"])
     assert db.open_table("lt", namespace_path=["ml"]).search([3.0, 1.0]).limit(2).to_arrow().num_rows == 2
+
+
+def test_managed_write_credentials_cannot_publish_a_version(sts_managed):
+    """Under managed versioning the vended write keys reach data files and staged manifests
+    but not the final manifest names: SeaweedFS itself refuses a client that would commit
+    (or roll back) behind the catalog's back, while pylance commits through it as usual."""
+    from lance.namespace import RestNamespace
+    from test_lancedb_remote import data
+
+    g = sts_managed
+    gw, keys, bucket = g["gw"], g["keys"], g["bucket"]
+    ln.connect("rest", {"uri": gw.uri, "headers.x-api-key": keys["admin"]}).create_namespace(
+        ln.CreateNamespaceRequest(id=["ml"]))
+    ns = RestNamespace(uri=gw.uri, **{"headers.x-api-key": keys["writer"]})
+    lance.write_dataset(data(20), namespace_client=ns, table_id=["ml", "a"], mode="create")
+    ds = lance.write_dataset(data(5, start=20), namespace_client=ns, table_id=["ml", "a"], mode="append")
+    assert ds.version == 2 and ds.count_rows() == 25
+    described = describe(gw, keys["writer"], ["ml", "a"])
+    assert described["managed_versioning"] is True
+    key = described["location"].split(f"s3://{bucket}/", 1)[1]
+    s3 = s3_with(described["storage_options"], g["endpoint"])
+    versions = f"{key}/_versions/"
+    final3 = f"{versions}{2**64 - 1 - 3:020}.manifest"
+    final2 = f"{versions}{2**64 - 1 - 2:020}.manifest"
+    body = s3.get_object(Bucket=bucket, Key=final2)["Body"].read()
+    # The store refuses the final names: a new version, the latest one, a branch's.
+    assert denied(lambda: s3.put_object(Bucket=bucket, Key=final3, Body=body)), "wrote a final manifest"
+    assert denied(lambda: s3.delete_object(Bucket=bucket, Key=final2)), "deleted the latest version"
+    assert denied(lambda: s3.put_object(Bucket=bucket, Key=f"{key}/tree/dev/_versions/1.manifest", Body=body))
+    assert denied(lambda: s3.copy_object(Bucket=bucket, Key=final3, CopySource={"Bucket": bucket, "Key": final2}))
+
+    def multipart():
+        up = s3.create_multipart_upload(Bucket=bucket, Key=final3)
+        part = s3.upload_part(Bucket=bucket, Key=final3, UploadId=up["UploadId"], PartNumber=1, Body=body)
+        s3.complete_multipart_upload(Bucket=bucket, Key=final3, UploadId=up["UploadId"],
+                                     MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
+    assert denied(multipart), "a multipart upload wrote a final manifest"
+    # ...and lets the client stage a manifest and write data, which is all a commit needs.
+    staged = f"{final3}-{uuid.uuid4()}"
+    s3.put_object(Bucket=bucket, Key=staged, Body=body)
+    s3.put_object(Bucket=bucket, Key=f"{key}/data/{uuid.uuid4()}.lance", Body=b"x")
+    assert s3.get_object(Bucket=bucket, Key=final2)["Body"].read() == body
+    # The catalog publishes what the client staged.
+    status, answer, _ = call(gw.uri, "POST", f"/v1/table/{enc(['ml', 'a'])}/version/create",
+                             {"version": 3, "manifest_path": staged, "naming_scheme": "V2"},
+                             {"x-api-key": keys["writer"]})
+    assert status == 200, answer
+    assert g["s3"].get_object(Bucket=bucket, Key=final3)["Body"].read() == body
+    # Without managed versioning nothing is gated (test_vended_credentials_reach_only_their_table
+    # writes freely); a reader's keys write nothing at all.
+    reader = s3_with(describe(gw, keys["reader"], ["ml", "a"])["storage_options"], g["endpoint"])
+    assert denied(lambda: reader.put_object(Bucket=bucket, Key=staged + "x", Body=body))
