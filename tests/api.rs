@@ -426,7 +426,7 @@ async fn wire_quirks_and_errors() {
     for (method, path) in [
         (Method::POST, "/v1/table/n1%24t/backfill_column"),
         (Method::POST, "/v1/table/n1%24t/refresh"),
-        (Method::POST, "/v1/table/batch-commit"),
+        (Method::POST, "/v1/materialized_view/mv/refresh"),
         (Method::GET, "/v1/nothing/here"),
         (Method::GET, "/v1/namespace/n1/create"),
         (Method::DELETE, "/v1/table"),

@@ -364,6 +364,10 @@ mod coverage {
             case::<spec::BatchDeleteTableVersionsRequest, spec::BatchDeleteTableVersionsRequest>(
                 &[],
             ),
+            case::<spec::BatchCreateTableVersionsRequest, spec::BatchCreateTableVersionsRequest>(
+                &[],
+            ),
+            case::<spec::BatchCommitTablesRequest, spec::BatchCommitTablesRequest>(&[]),
             case::<spec::DescribeTransactionRequest, spec::DescribeTransactionRequest>(&[]),
             case::<spec::AlterTransactionRequest, spec::AlterTransactionRequest>(&[]),
         ]

@@ -195,8 +195,11 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
             "/v1/table/{id}/schema_metadata/update",
             post(data::schema::update_schema_metadata),
         )
-        .route("/v1/table/version/batch-create", any(unsupported))
-        .route("/v1/table/batch-commit", any(unsupported))
+        .route(
+            "/v1/table/version/batch-create",
+            post(version::batch_create),
+        )
+        .route("/v1/table/batch-commit", post(version::batch_commit))
         .route(
             "/v1/table/{id}/transaction/list",
             get(transaction::list_for_table),

@@ -1,19 +1,22 @@
-//! The managed-versioning routes (spec §2.3): CreateTableVersion and
-//! BatchDeleteTableVersions. The rules are in `catalog::versions`; ListTableVersions and
-//! DescribeTableVersion read the dataset and live with the data routes.
+//! The managed-versioning routes (spec §2.3): CreateTableVersion, BatchDeleteTableVersions,
+//! and the batch commits (BatchCreateTableVersions, BatchCommitTables). The rules are in
+//! `catalog::versions`, `catalog::log` and `catalog::batch`; ListTableVersions and
+//! DescribeTableVersion read the dataset (after the log) and live with the data routes.
 
 use axum::Json;
 use axum::extract::State;
 use lance_namespace::models::{
-    BatchDeleteTableVersionsRequest, BatchDeleteTableVersionsResponse, CreateTableVersionRequest,
+    BatchCommitTablesRequest, BatchCommitTablesResponse, BatchCreateTableVersionsRequest,
+    BatchCreateTableVersionsResponse, BatchDeleteTableVersionsRequest,
+    BatchDeleteTableVersionsResponse, CommitTableResult, CreateTableVersionRequest,
     CreateTableVersionResponse, TableVersion,
 };
 
 use super::extract::{JsonBody, Target};
 use super::{AppState, detached};
 use crate::access::Ctx;
-use crate::catalog::versions::NewVersion;
-use crate::error::Result;
+use crate::catalog::versions::{CommittedVersion, NewVersion};
+use crate::error::{Error, Result};
 use crate::fields;
 
 fields!(CreateTableVersionRequest, "CreateTableVersion", served: [
@@ -22,6 +25,40 @@ fields!(CreateTableVersionRequest, "CreateTableVersion", served: [
     ("metadata", "version metadata is not kept by lance-gateway: the manifest is the version's whole record"),
 ]);
 fields!(BatchDeleteTableVersionsRequest, "BatchDeleteTableVersions", served: ["branch", "ranges"]);
+fields!(BatchCreateTableVersionsRequest, "BatchCreateTableVersions", served: ["entries"]);
+fields!(BatchCommitTablesRequest, "BatchCommitTables", served: ["operations"]);
+
+const NO_METADATA: &str =
+    "version metadata is not kept by lance-gateway: the manifest is the version's whole record";
+
+/// A version as the answers carry it.
+fn table_version(committed: CommittedVersion) -> TableVersion {
+    TableVersion {
+        version: committed.version as i64,
+        manifest_path: committed.manifest_path,
+        manifest_size: Some(committed.size as i64),
+        e_tag: committed.e_tag,
+        ..Default::default()
+    }
+}
+
+/// One entry of a batch: its table id (required there) and the version it commits.
+fn batch_entry(
+    at: String,
+    id: Option<Vec<String>>,
+    metadata: Option<&std::collections::HashMap<String, String>>,
+    new: NewVersion,
+) -> Result<(Vec<String>, NewVersion)> {
+    if metadata.is_some_and(|m| !m.is_empty()) {
+        return Err(Error::invalid(format!(
+            "{at}: metadata is refused: {NO_METADATA}"
+        )));
+    }
+    match id.filter(|id| !id.is_empty()) {
+        Some(id) => Ok((id, new)),
+        None => Err(Error::invalid(format!("{at}: id is required"))),
+    }
+}
 
 pub async fn create(
     State(state): State<AppState>,
@@ -44,13 +81,101 @@ pub async fn create(
     let committed =
         detached(async move { catalog.create_table_version(&ctx, &target.id, new).await }).await?;
     Ok(Json(CreateTableVersionResponse {
-        version: Some(Box::new(TableVersion {
-            version: committed.version as i64,
-            manifest_path: committed.manifest_path,
-            manifest_size: Some(committed.size as i64),
-            e_tag: committed.e_tag,
-            ..Default::default()
-        })),
+        version: Some(Box::new(table_version(committed))),
+        ..Default::default()
+    }))
+}
+
+/// BatchCreateTableVersions: every entry's version or none (`catalog::batch`).
+pub async fn batch_create(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    JsonBody(req): JsonBody<BatchCreateTableVersionsRequest>,
+) -> Result<Json<BatchCreateTableVersionsResponse>> {
+    let entries = req
+        .entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let new = NewVersion {
+                version: e.version,
+                manifest_path: e.manifest_path,
+                manifest_size: e.manifest_size,
+                e_tag: e.e_tag,
+                naming_scheme: e.naming_scheme,
+                branch: e.branch,
+            };
+            batch_entry(
+                format!("entries[{i}]"),
+                Some(e.id),
+                e.metadata.as_ref(),
+                new,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let catalog = state.catalog.clone();
+    let (id, committed) =
+        detached(async move { catalog.commit_batch(&ctx, entries).await }).await?;
+    Ok(Json(BatchCreateTableVersionsResponse {
+        transaction_id: Some(id),
+        versions: committed.into_iter().map(table_version).collect(),
+        ..Default::default()
+    }))
+}
+
+/// BatchCommitTables: its `create_table_version` operations committed together
+/// (`catalog::batch`). The other kinds are refused, the whole batch with them.
+pub async fn batch_commit(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    JsonBody(req): JsonBody<BatchCommitTablesRequest>,
+) -> Result<Json<BatchCommitTablesResponse>> {
+    let mut entries = Vec::with_capacity(req.operations.len());
+    for (i, op) in req.operations.into_iter().enumerate() {
+        let at = format!("operations[{i}]");
+        let kinds = [
+            op.declare_table.is_some(),
+            op.create_table_version.is_some(),
+            op.delete_table_versions.is_some(),
+            op.deregister_table.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err(Error::invalid(format!(
+                "{at}: name exactly one of declare_table, create_table_version, \
+                 delete_table_versions and deregister_table"
+            )));
+        }
+        let Some(v) = op.create_table_version.map(|v| *v) else {
+            return Err(Error::unsupported(format!(
+                "{at}: only create_table_version operations are served inside a batch commit; \
+                 declare, delete versions and deregister each on their own first"
+            )));
+        };
+        let new = NewVersion {
+            version: v.version,
+            manifest_path: v.manifest_path,
+            manifest_size: v.manifest_size,
+            e_tag: v.e_tag,
+            naming_scheme: v.naming_scheme,
+            branch: v.branch,
+        };
+        entries.push(batch_entry(at, v.id, v.metadata.as_ref(), new)?);
+    }
+    let catalog = state.catalog.clone();
+    let (id, committed) =
+        detached(async move { catalog.commit_batch(&ctx, entries).await }).await?;
+    Ok(Json(BatchCommitTablesResponse {
+        transaction_id: Some(id),
+        results: committed
+            .into_iter()
+            .map(|c| CommitTableResult {
+                create_table_version: Some(Box::new(CreateTableVersionResponse {
+                    version: Some(Box::new(table_version(c))),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     }))
 }

@@ -71,7 +71,7 @@ pub(crate) struct Watch {
 /// How many tables the watch remembers before it starts over.
 const WATCHED_AT_MOST: usize = 100_000;
 
-fn branch_segment(branch: Option<&str>) -> String {
+pub(crate) fn branch_segment(branch: Option<&str>) -> String {
     match branch.filter(|b| !b.is_empty() && *b != "main") {
         None => "main".to_string(),
         // `main` cannot clash: a branch segment is always encoded with a leading `@`.

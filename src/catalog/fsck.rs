@@ -383,6 +383,7 @@ impl Cell<'_> {
             }
             self.check_claim(t).await;
             self.check_data(t).await;
+            self.check_log(t).await;
         }
         self.shared_folders(&tables);
 
@@ -636,6 +637,21 @@ impl Cell<'_> {
                 );
             }
             Err(e) => self.failed(cat.show(&t.id), "reading its folder claim", e),
+        }
+    }
+
+    /// A commit log left unsettled by a gateway that stopped (`log`): a committed version
+    /// not yet published, or the lock of a batch that will not commit. Readers and writers
+    /// settle it when they come; repair settles it now.
+    async fn check_log(&mut self, t: &TableRecord) {
+        let cat = self.cat;
+        match cat.unsettled(t).await {
+            Ok(None) => {}
+            Ok(Some(what)) => {
+                let repaired = self.how.repair && cat.settle_log(t, None).await.is_ok();
+                self.find("unsettled-commit", cat.show(&t.id), what, repaired);
+            }
+            Err(e) => self.failed(cat.show(&t.id), "reading its commit log", e),
         }
     }
 

@@ -27,6 +27,7 @@
 //!   never a state readers cannot see.
 
 pub mod authorize;
+pub mod batch;
 pub mod claims;
 pub mod commits;
 pub mod fsck;
@@ -34,6 +35,7 @@ pub mod intents;
 pub mod layout;
 pub mod leases;
 pub mod listing;
+pub mod log;
 pub mod maintenance;
 pub mod modes;
 pub mod names;

@@ -30,7 +30,7 @@ pub struct DataCleanup {
 }
 
 impl Catalog {
-    async fn read_table(&self, id: &[String]) -> Result<Option<(TableRecord, String)>> {
+    pub(crate) async fn read_table(&self, id: &[String]) -> Result<Option<(TableRecord, String)>> {
         let key = self.table_key(id)?;
         self.read::<TableRecord>(&key).await
     }

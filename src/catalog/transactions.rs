@@ -82,12 +82,24 @@ pub struct TransactionRecord {
     /// unindexed rows, bytes reclaimed, versions made), by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub results: BTreeMap<String, String>,
+    /// A batch commit's versions, one per table (`batch`): what a settler rolls forward.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch: Vec<BatchItem>,
+}
+
+/// One table's version in a batch commit.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BatchItem {
+    pub table: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    pub version: u64,
 }
 
 /// A transaction as its owner holds it: the record and the ETag it was written at.
 pub struct Transaction {
-    key: String,
-    etag: String,
+    pub(crate) key: String,
+    pub(crate) etag: String,
     pub record: TransactionRecord,
 }
 
@@ -108,7 +120,7 @@ pub enum TxAction {
 
 /// `(cell, key)` of a transaction id: `<ms>-<uid>`, or `<ms>-<uid>@<bucket>` in endpoint
 /// mode. Anything else names no transaction.
-fn locate(layout: &Layout, id: &str) -> Result<(String, String)> {
+pub(crate) fn locate(layout: &Layout, id: &str) -> Result<(String, String)> {
     let missing = || {
         Error::new(
             Code::TransactionNotFound,
@@ -155,6 +167,19 @@ impl Catalog {
         target: &str,
         results: BTreeMap<String, String>,
     ) -> Result<Transaction> {
+        self.begin_transaction_of(table, op, target, results, Vec::new())
+            .await
+    }
+
+    /// `begin_transaction`, for a batch commit of `batch`.
+    pub(crate) async fn begin_transaction_of(
+        &self,
+        table: &[String],
+        op: &str,
+        target: &str,
+        results: BTreeMap<String, String>,
+        batch: Vec<BatchItem>,
+    ) -> Result<Transaction> {
         let cell = self.layout.place(table)?.cell;
         let now = now_ms();
         let stem = format!("{now:013}-{}", new_uid());
@@ -176,6 +201,7 @@ impl Catalog {
             cancel_requested: false,
             error: None,
             results,
+            batch,
         };
         let key = Layout::transaction_key(&cell, &stem);
         let etag = self
@@ -401,6 +427,11 @@ impl Catalog {
                 let record: TransactionRecord = decode(key, &obj.body)?;
                 let done = record.status.finished() || self.abandoned(&record);
                 if done && record.updated_at_ms <= horizon {
+                    // A committed batch's versions outlive its record: any its gateway did
+                    // not publish (it stopped) are published before the record goes.
+                    if record.status == TxStatus::Succeeded {
+                        self.settle_batch_items(&record.batch).await?;
+                    }
                     match self.store.delete(key, Condition::IfMatch(obj.etag)).await {
                         Ok(()) => removed += 1,
                         Err(StoreError::PreconditionFailed) => {}
@@ -505,6 +536,7 @@ mod tests {
             cancel_requested: false,
             error: None,
             results: BTreeMap::new(),
+            batch: Vec::new(),
         }
     }
 

@@ -2,20 +2,19 @@
 //! `managed_versioning: true`, and Lance clients then commit every version through
 //! CreateTableVersion. The client writes its manifest under a staging name
 //! (`_versions/<final name>-<uuid>`); the gateway checks that it belongs to this table and
-//! follows the latest version, and publishes it under its final name.
+//! follows the latest version, commits it in the table's commit log (`log`) and publishes it
+//! under its final name.
 //!
-//! The version records are the manifests themselves: the final `_versions/` objects, the
-//! same ones Lance lists and the gateway's own data operations commit. So a table can be
-//! switched between managed and unmanaged at any time, writers of both kinds serialise on
-//! the same conditional create of the final name, and nothing is kept beside the data that
-//! could disagree with it.
+//! Managed readers are answered from the log, settled first; storage stays the truth for
+//! versions made around it (the gateway's own data operations, maintenance, unmanaged
+//! writers), so a table can be switched between managed and unmanaged at any time.
 //!
 //! Invariants:
-//! - A version is published only if the one before it is (or it is the first of its
-//!   branch): no holes.
-//! - Publishing is a create-if-absent of the final name, so of two writers of version N
-//!   exactly one wins; the other gets ConcurrentModification (code 14), unless it sent the
-//!   same bytes (a retried request), which succeeds.
+//! - A version is committed only if it follows the newer of the log's head and storage's
+//!   newest manifest (or is the first of its branch): no holes.
+//! - Committing is a write conditional on the head read, so of two writers of version N
+//!   through the catalog exactly one wins; the other gets ConcurrentModification (code 14),
+//!   unless it sent the same bytes (a retried request), which succeeds.
 //! - The staging manifest must be in the table's own `_versions/` folder (of the branch
 //!   named) and be a staging name of the version committed: the gateway, which holds the
 //!   broad credentials, copies nothing from elsewhere in the bucket.
@@ -26,7 +25,7 @@ use super::Catalog;
 use super::records::TableRecord;
 use crate::access::{Ctx, Level};
 use crate::error::{Code, Error, Result};
-use crate::store::{Condition, StoreError};
+use crate::store::Condition;
 
 /// How manifests are named (Lance's `ManifestNamingScheme`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +79,22 @@ pub struct NewVersion {
     pub branch: Option<String>,
 }
 
+/// What a CreateTableVersion names, checked (`Catalog::staging_of`).
+#[derive(Clone, Debug)]
+pub struct Staging {
+    pub version: u64,
+    /// `None` for main.
+    pub branch: Option<String>,
+    /// The versions folder (a store key ending in `/`), the staged manifest's file name in
+    /// it, and the final one's.
+    pub dir: String,
+    pub staged: String,
+    pub manifest: String,
+    /// Whether the folder is a branch's, whose first version follows the one it was made
+    /// from.
+    pub first_of_branch: bool,
+}
+
 /// A version as published.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommittedVersion {
@@ -107,7 +122,7 @@ fn check_branch(branch: &str) -> Result<()> {
 }
 
 /// The key of the `_versions/` folder of `branch` (main when `None`) of a table.
-fn versions_dir(record: &TableRecord, branch: Option<&str>) -> Result<String> {
+pub(crate) fn versions_dir(record: &TableRecord, branch: Option<&str>) -> Result<String> {
     match branch.filter(|b| !b.is_empty() && *b != "main") {
         None => Ok(format!("{}/_versions/", record.data_key)),
         Some(branch) => {
@@ -130,7 +145,7 @@ fn conflict(message: String) -> Error {
 
 impl Catalog {
     /// The newest version published in `dir`, or `None` when it holds none.
-    async fn latest_published(&self, dir: &str) -> Result<Option<u64>> {
+    pub(crate) async fn latest_published(&self, dir: &str) -> Result<Option<u64>> {
         let mut after: Option<String> = None;
         let mut latest = None;
         loop {
@@ -155,19 +170,13 @@ impl Catalog {
         }
     }
 
-    /// CreateTableVersion: publishes a staged manifest as version `req.version` of the table
-    /// (see the module's invariants). Needs write access.
-    pub async fn create_table_version(
-        &self,
-        ctx: &Ctx,
-        id: &[String],
-        req: NewVersion,
-    ) -> Result<CommittedVersion> {
-        let record = self.describe_table(ctx, id).await?;
-        self.may_change_table(ctx, id, Level::Write, "committing a version")?;
+    /// Checks what a CreateTableVersion (alone or in a batch) names, before anything is
+    /// read: the version number, the naming scheme, and that the manifest is a staging name
+    /// of that version in the table's own versions folder (of the branch named).
+    pub(crate) fn staging_of(&self, record: &TableRecord, req: &NewVersion) -> Result<Staging> {
         let version = version_number(req.version)?;
         let scheme = NamingScheme::parse(req.naming_scheme.as_deref())?;
-        let dir = versions_dir(&record, req.branch.as_deref())?;
+        let dir = versions_dir(record, req.branch.as_deref())?;
         let final_name = scheme.file_name(version);
 
         // The staging manifest: `<dir>/<final name>-<suffix>`, nothing else.
@@ -196,18 +205,110 @@ impl Catalog {
                 req.manifest_path
             )));
         }
-        let staging_key = format!("{dir}{in_dir}");
-        let final_key = format!("{dir}{final_name}");
-        let branch = req.branch.as_deref();
+        let first_of_branch = dir != versions_dir(record, None)?;
+        Ok(Staging {
+            version,
+            branch: req.branch.clone().filter(|b| !b.is_empty() && b != "main"),
+            staged: in_dir.to_string(),
+            manifest: final_name,
+            dir,
+            first_of_branch,
+        })
+    }
 
-        // The staged manifest and the latest published version do not depend on each other.
-        let (staged, latest) =
-            tokio::join!(self.store.get(&staging_key), self.latest_published(&dir));
+    /// The staged manifest as the client describes it (`manifest_size`, `e_tag`): one
+    /// replaced since the client wrote it is not the one it means to commit.
+    pub(crate) fn check_staged(
+        &self,
+        req: &NewVersion,
+        staged: &crate::store::Object,
+    ) -> Result<()> {
+        if let Some(size) = req.manifest_size
+            && size != staged.body.len() as i64
+        {
+            return Err(Error::invalid(format!(
+                "manifest_size {size} does not match the staged manifest ({} bytes)",
+                staged.body.len()
+            )));
+        }
+        // The client's ETag, where the store's are the client's own (S3).
+        if let Some(tag) = req.e_tag.as_deref().filter(|t| !t.is_empty())
+            && self.layout.shares_etags()
+            && tag.trim_matches('"') != staged.etag.trim_matches('"')
+        {
+            return Err(Error::invalid(format!(
+                "e_tag {tag} does not match the staged manifest's ({})",
+                staged.etag
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether `staging` may commit on top of what the log and storage hold: it follows the
+    /// newer of the two, and no batch still deciding holds the table. `Ok(false)`: the
+    /// version is already there (the caller compares bytes: a retry, or a rival's).
+    pub(crate) fn follows(
+        &self,
+        staging: &Staging,
+        log: &super::log::LogState,
+        stored: Option<u64>,
+    ) -> Result<bool> {
+        if let Some(lock) = log.live_lock() {
+            return Err(conflict(format!(
+                "version {} of the table is held by batch commit {}, which is committing",
+                lock.version, lock.transaction_id
+            )));
+        }
+        let latest = stored.max(log.head.as_ref().map(|h| h.version).filter(|v| *v > 0));
+        let version = staging.version;
+        let follows = match latest {
+            Some(latest) => version == latest + 1,
+            // The first version of the table, or of a branch (which starts at the version
+            // it was made from).
+            None => version == 1 || staging.first_of_branch,
+        };
+        if follows {
+            return Ok(true);
+        }
+        if latest.is_none_or(|l| version > l) {
+            return Err(conflict(format!(
+                "version {version} does not follow the latest version ({})",
+                latest.map_or("none".to_string(), |l| l.to_string())
+            )));
+        }
+        Ok(false)
+    }
+
+    /// CreateTableVersion: commits a staged manifest as version `req.version` of the table
+    /// through its log (`log`), then publishes it (see the module's invariants). Needs write
+    /// access.
+    pub async fn create_table_version(
+        self: &std::sync::Arc<Self>,
+        ctx: &Ctx,
+        id: &[String],
+        req: NewVersion,
+    ) -> Result<CommittedVersion> {
+        let record = self.describe_table(ctx, id).await?;
+        self.may_change_table(ctx, id, Level::Write, "committing a version")?;
+        let staging = self.staging_of(&record, &req)?;
+        let branch = staging.branch.as_deref();
+        let version = staging.version;
+        let staging_key = format!("{}{}", staging.dir, staging.staged);
+        let final_key = format!("{}{}", staging.dir, staging.manifest);
+        let head_key = self.head_key_of(&record, branch)?;
+
+        // The staged manifest, the log and storage's newest version do not depend on each
+        // other.
+        let (staged, log, stored) = tokio::join!(
+            self.store.get(&staging_key),
+            self.settle_log(&record, branch),
+            self.latest_published(&staging.dir)
+        );
         let Some(staged) = staged? else {
             // Gone: the gateway removes a staging manifest once it has published it, so
             // this may be the client's own commit, retried after its answer was lost.
             return match self.read_receipt(&record, branch, version).await? {
-                Some(receipt) if receipt.staged.as_deref() == Some(in_dir) => {
+                Some(receipt) if receipt.staged.as_deref() == Some(staging.staged.as_str()) => {
                     Ok(CommittedVersion {
                         version,
                         manifest_path: receipt
@@ -223,53 +324,62 @@ impl Catalog {
                 ))),
             };
         };
-        if let Some(size) = req.manifest_size
-            && size != staged.body.len() as i64
-        {
-            return Err(Error::invalid(format!(
-                "manifest_size {size} does not match the staged manifest ({} bytes)",
-                staged.body.len()
-            )));
-        }
-        // The client's ETag, where the store's are the client's own (S3): a staged manifest
-        // replaced since the client wrote it is not the one it means to commit.
-        if let Some(tag) = req.e_tag.as_deref().filter(|t| !t.is_empty())
-            && self.layout.shares_etags()
-            && tag.trim_matches('"') != staged.etag.trim_matches('"')
-        {
-            return Err(Error::invalid(format!(
-                "e_tag {tag} does not match the staged manifest's ({})",
-                staged.etag
-            )));
-        }
+        self.check_staged(&req, &staged)?;
+        let (mut log, mut stored) = (log?, stored?);
 
-        let latest = latest?;
-        let follows = match latest {
-            Some(latest) => version == latest + 1,
-            // The first version of the table, or of a branch (which starts at the version
-            // it was made from).
-            None => version == 1 || dir != versions_dir(&record, None)?,
-        };
-        if !follows && latest.is_none_or(|l| version > l) {
-            return Err(conflict(format!(
-                "version {version} does not follow the latest version ({})",
-                latest.map_or("none".to_string(), |l| l.to_string())
-            )));
-        }
-        let published = if follows {
-            self.store
-                .put(&final_key, staged.body.clone(), Condition::IfAbsent)
-                .await
-        } else {
-            Err(StoreError::PreconditionFailed)
-        };
-        let etag = match published {
-            Ok(etag) => etag,
-            Err(StoreError::PreconditionFailed) => {
-                self.same_as_published(&final_key, &staged.body, version)
-                    .await?
+        // The commit point: the head moves to this version, conditional on the head read.
+        let head_etag = loop {
+            if !self.follows(&staging, &log, stored)? {
+                // Taken: by this very commit, retried after its answer was lost (the same
+                // bytes), or by a rival.
+                let etag = self
+                    .same_as_published(&final_key, &staged.body, version)
+                    .await?;
+                let committed = CommittedVersion {
+                    version,
+                    manifest_path: self.layout.store_path_of(&final_key),
+                    size: staged.body.len() as u64,
+                    e_tag: self.layout.shares_etags().then_some(etag),
+                };
+                self.record_published(&record, branch, &staging, &committed)
+                    .await?;
+                self.forget_staged(&record, &staging, None).await;
+                return Ok(committed);
             }
-            Err(other) => return Err(other.into()),
+            let head = super::log::Head {
+                version,
+                manifest: staging.manifest.clone(),
+                staged: Some(staging.staged.clone()),
+                size: staged.body.len() as u64,
+                ..Self::new_head(&record, version)
+            };
+            if let Some(etag) = self.put_head(&head_key, &head, log.etag.as_deref()).await? {
+                break etag;
+            }
+            // A rival moved the head: look again (its version may be the one asked for).
+            let (again, newest) = tokio::join!(
+                self.settle_log(&record, branch),
+                self.latest_published(&staging.dir)
+            );
+            (log, stored) = (again?, newest?);
+        };
+
+        let etag = match self
+            .publish_body(&staging.dir, &staging.manifest, staged.body.clone())
+            .await?
+        {
+            super::log::Published::At(etag) => etag,
+            super::log::Published::Taken => {
+                // Taken in storage between the check and the publish by a writer that
+                // bypassed the catalog: its manifest stands, and this commit lost.
+                let mut head = Self::new_head(&record, version);
+                head.manifest = staging.manifest.clone();
+                self.put_head(&head_key, &head, Some(head_etag.as_str()))
+                    .await?;
+                return Err(conflict(format!(
+                    "version {version} already exists with different content"
+                )));
+            }
         };
         let committed = CommittedVersion {
             version,
@@ -277,33 +387,74 @@ impl Catalog {
             size: staged.body.len() as u64,
             e_tag: self.layout.shares_etags().then_some(etag),
         };
-        // The receipt, before the staging manifest goes: one of the two always answers a
-        // retry (a gateway killed in between leaves the staging manifest).
+        self.record_published(&record, branch, &staging, &committed)
+            .await?;
+        // After the answer: the head learns the version is published, then the staging
+        // manifest goes (until then, anyone who reads the head publishes it again, harmlessly).
+        let catalog = self.clone();
+        let (record, staging) = (record.clone(), staging.clone());
+        tokio::spawn(async move {
+            catalog
+                .forget_staged(&record, &staging, Some(head_etag))
+                .await;
+        });
+        Ok(committed)
+    }
+
+    /// What follows a published version: its receipt (which answers a retry once the staged
+    /// manifest is gone) and the commit listener.
+    pub(crate) async fn record_published(
+        &self,
+        record: &TableRecord,
+        branch: Option<&str>,
+        staging: &Staging,
+        committed: &CommittedVersion,
+    ) -> Result<()> {
         let receipt = super::commits::Receipt {
             format_version: super::records::FORMAT_VERSION,
             table_uid: record.uid.clone(),
-            version,
-            staged: Some(in_dir.to_string()),
+            version: committed.version,
+            staged: Some(staging.staged.clone()),
             manifest_path: Some(committed.manifest_path.clone()),
             size: Some(committed.size),
             e_tag: committed.e_tag.clone(),
             committed_at_ms: super::records::now_ms(),
         };
-        self.write_receipt(&record, branch, &receipt).await?;
-        self.commit_seen(&record);
-        // After the answer: a staging manifest left behind is only garbage (Lance ignores it).
-        let store = self.store.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.delete(&staging_key, Condition::None).await {
-                tracing::warn!(key = %staging_key, error = %e, "could not delete a published staging manifest");
+        self.write_receipt(record, branch, &receipt).await?;
+        self.commit_seen(record);
+        Ok(())
+    }
+
+    /// Clears the head's note of a staged manifest (when the head is still the one written
+    /// at `head_etag`, if given) and removes the staged manifest: both only tidy up after a
+    /// version is published.
+    pub(crate) async fn forget_staged(
+        &self,
+        record: &TableRecord,
+        staging: &Staging,
+        head_etag: Option<String>,
+    ) {
+        if let Some(etag) = head_etag
+            && let Ok(key) = self.head_key_of(record, staging.branch.as_deref())
+        {
+            let head = super::log::Head {
+                manifest: staging.manifest.clone(),
+                size: 0,
+                ..Self::new_head(record, staging.version)
+            };
+            if let Err(e) = self.put_head(&key, &head, Some(etag.as_str())).await {
+                tracing::debug!(error = %e, "could not note a version as published");
             }
-        });
-        Ok(committed)
+        }
+        let staging_key = format!("{}{}", staging.dir, staging.staged);
+        if let Err(e) = self.store.delete(&staging_key, Condition::None).await {
+            tracing::warn!(key = %staging_key, error = %e, "could not delete a published staging manifest");
+        }
     }
 
     /// A version already taken: the same bytes are the client's own commit retried (its
     /// answer was lost), anything else is a rival's.
-    async fn same_as_published(
+    pub(crate) async fn same_as_published(
         &self,
         final_key: &str,
         staged: &Bytes,

@@ -314,7 +314,7 @@ READ = [
     Shape("insert-of-another-schema", "POST", "/v1/table/ml%24d/insert", other_schema, ARROW),
     Shape("insert-arrow-then-junk", "POST", "/v1/table/ml%24d/insert", arrow_then_junk, ARROW),
     Shape("no-such-route", "POST", "/v1/nowhere"),
-    Shape("unsupported-route", "POST", "/v1/table/batch-commit"),
+    Shape("unsupported-route", "POST", "/v1/materialized_view/ml%24mv/create"),
     Shape("wrong-method", "GET", "/v1/table/ml%24d/describe"),
     Shape("no-such-route-past-the-drain-limit", "POST", "/v1/nowhere", junk, size=2 * 1024 * 1024),
 ]

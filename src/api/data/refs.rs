@@ -76,11 +76,14 @@ pub async fn list_versions(
     let descending = q.descending.unwrap_or(false);
     // A table that holds no data yet has no versions (found by opening it, not by a listing
     // of its own: this is the read managed clients make before every commit).
-    let (versions, next) = or_empty(
-        with_dataset(&state, &record, at, move |dataset| async move {
-            refs::list_versions(&dataset, descending, q.page_token.as_deref(), q.limit).await
+    let read = || {
+        let (token, limit) = (q.page_token.clone(), q.limit);
+        with_dataset(&state, &record, at.clone(), move |dataset| async move {
+            refs::list_versions(&dataset, descending, token.as_deref(), limit).await
         })
-        .await,
+    };
+    let (versions, next) = or_empty(
+        after_log(&state, &record, branch.as_deref(), read).await,
         Default::default,
     )?;
     if let Some(newest) = versions.iter().max_by_key(|v| v.version) {
@@ -100,6 +103,28 @@ pub async fn list_versions(
         return Ok(Json(remote_versions(answer)?).into_response());
     }
     Ok(Json(answer).into_response())
+}
+
+/// `read`, after the table's commit log is settled (`catalog::log`), under managed
+/// versioning: a version committed (alone or in a batch) but not yet at its final name is
+/// published first, so the answer never names a manifest that is missing, and a batch is
+/// seen whole or not at all. The log is read beside the dataset; only when settling it
+/// published something is the dataset read again.
+async fn after_log<T, F, Fut>(
+    state: &AppState,
+    record: &crate::catalog::records::TableRecord,
+    branch: Option<&str>,
+    read: F,
+) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    if !state.catalog.managed_versioning() {
+        return read().await;
+    }
+    let (log, first) = tokio::join!(state.catalog.settle_log(record, branch), read());
+    if log?.worked { read().await } else { first }
 }
 
 /// LanceDB's remote clients before 0.37.1 read each version's time as an RFC 3339
@@ -145,10 +170,13 @@ pub async fn describe_version(
     )
     .await?;
     let at = At::of(req.version, req.branch.as_deref())?;
-    let version = with_dataset(&state, &record, at, move |dataset| async move {
-        Ok(refs::describe_version(&dataset))
-    })
-    .await?;
+    let branch = at.branch.clone();
+    let read = || {
+        with_dataset(&state, &record, at.clone(), move |dataset| async move {
+            Ok(refs::describe_version(&dataset))
+        })
+    };
+    let version = after_log(&state, &record, branch.as_deref(), read).await?;
     Ok(Json(DescribeTableVersionResponse {
         version: Box::new(version),
         ..Default::default()

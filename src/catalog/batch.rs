@@ -1,0 +1,337 @@
+//! Batch commits (BatchCreateTableVersions, BatchCommitTables): versions of several tables
+//! made visible together or not at all, for readers that resolve versions through the
+//! catalog (managed versioning).
+//!
+//! The protocol, over the commit log of each table (`log`):
+//! 1. **Check** every entry before anything is written: the caller's write grant, the
+//!    staged manifest (in that table's own versions folder, of that version, as large as
+//!    said), one entry per table.
+//! 2. **Record** the batch: a transaction record (`Running`, naming each table's version)
+//!    written create-if-absent. Its id is the answer's `transaction_id`.
+//! 3. **Lock** each table's head for its version (conditional on the head read, and only if
+//!    the version follows the newest in the log and in storage). A table that cannot be
+//!    locked fails the batch: the record is written `Failed` and every lock is removed.
+//! 4. **Commit**: the record goes from `Running` to `Succeeded`, conditional on the record as
+//!    the batch wrote it. This one write is the commit point for every table at once: from
+//!    it on, each lock stands for a committed version (`log`'s invariants).
+//! 5. **Publish**: each table's head is settled, which copies its staged manifest to the
+//!    final name and moves the head on. Anyone who reads a locked head does the same, so a
+//!    batch whose gateway stopped after step 4 is finished by the next reader or writer of
+//!    each of its tables (and by the recovery sweep before its record is removed); one that
+//!    stopped before step 4 is failed by the first who finds its record abandoned.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use futures::future::{join_all, try_join_all};
+
+use super::Catalog;
+use super::log::{Lock, LogState};
+use super::records::{TableRecord, decode, encode, now_ms};
+use super::transactions::{BatchItem, Transaction, TxStatus};
+use super::versions::{CommittedVersion, NewVersion, Staging};
+use crate::access::{Ctx, Level};
+use crate::error::{Code, Error, Result};
+use crate::store::{Condition, StoreError};
+
+/// The most entries one batch may hold.
+pub const MAX_ENTRIES: usize = 100;
+
+/// How many times a table's lock is tried when rivals keep moving its head.
+const LOCK_TRIES: usize = 5;
+
+/// One entry of a batch, checked.
+struct Entry {
+    record: TableRecord,
+    staging: Staging,
+    size: u64,
+}
+
+/// The step a batch stops at under fault injection (`LANCE_GATEWAY_FAULT_BATCH_PAUSE`: the
+/// crash suite sets it so it can kill the gateway there); unset outside the suite.
+fn fault_step() -> Option<&'static str> {
+    static STEP: std::sync::LazyLock<Option<String>> =
+        std::sync::LazyLock::new(|| std::env::var("LANCE_GATEWAY_FAULT_BATCH_PAUSE").ok());
+    STEP.as_deref()
+}
+
+/// Under fault injection at `step`, waits (for the suite's kill) once the batch reaches it.
+async fn fault(step: &str) {
+    if fault_step() == Some(step) {
+        tracing::warn!(step, "fault injection: pausing a batch commit");
+        tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+    }
+}
+
+fn conflict(message: String) -> Error {
+    Error::new(Code::ConcurrentModification, message)
+}
+
+impl Catalog {
+    /// Commits `entries` (a table id and the version to commit to it, each) together, or
+    /// none of them (see the module's protocol). Answers the batch's transaction id and each
+    /// version as committed, in the order given.
+    pub async fn commit_batch(
+        self: &Arc<Self>,
+        ctx: &Ctx,
+        entries: Vec<(Vec<String>, NewVersion)>,
+    ) -> Result<(String, Vec<CommittedVersion>)> {
+        if entries.is_empty() {
+            return Err(Error::invalid("a batch commit needs at least one entry"));
+        }
+        if entries.len() > MAX_ENTRIES {
+            return Err(Error::invalid(format!(
+                "a batch commit holds at most {MAX_ENTRIES} entries ({} given)",
+                entries.len()
+            )));
+        }
+        // 1. Check.
+        let checked: Vec<Entry> = try_join_all(
+            entries
+                .iter()
+                .map(|(id, req)| self.check_entry(ctx, id, req)),
+        )
+        .await?;
+        let mut tables = HashSet::new();
+        for entry in &checked {
+            if !tables.insert((entry.record.data_key.clone(), entry.staging.branch.clone())) {
+                return Err(Error::invalid(format!(
+                    "table '{}' appears twice in the batch: commit one version per table",
+                    self.show(&entry.record.id)
+                )));
+            }
+        }
+
+        // 2. Record.
+        let items: Vec<BatchItem> = checked
+            .iter()
+            .map(|e| BatchItem {
+                table: e.record.id.clone(),
+                branch: e.staging.branch.clone(),
+                version: e.staging.version,
+            })
+            .collect();
+        let summary = items
+            .iter()
+            .map(|i| format!("{}@{}", self.show(&i.table), i.version))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let results = BTreeMap::from([
+            ("tables".to_string(), items.len().to_string()),
+            ("versions".to_string(), summary),
+        ]);
+        let mut tx = self
+            .begin_transaction_of(&checked[0].record.id, "batch_commit", "", results, items)
+            .await?;
+        let id = tx.record.id.clone();
+        fault("recorded").await;
+
+        // 3. Lock.
+        let locked = join_all(checked.iter().map(|e| self.lock_entry(e, &id))).await;
+        if let Some(error) = locked.into_iter().find_map(|r| r.err()) {
+            self.abandon_batch(&mut tx, &checked, &error).await;
+            return Err(error);
+        }
+
+        fault("locked").await;
+
+        // 4. Commit.
+        if !self
+            .decide_batch(&mut tx, TxStatus::Succeeded, None)
+            .await?
+        {
+            let error = conflict(format!(
+                "batch commit {id} was failed before it committed (it outlasted the grace \
+                 period, or was canceled); nothing of it is visible"
+            ));
+            self.abandon_batch(&mut tx, &checked, &error).await;
+            return Err(error);
+        }
+
+        fault("committed").await;
+
+        // 5. Publish (the tables one by one under fault injection, to stop between them).
+        let settled: Vec<LogState> = if fault_step().is_some() {
+            let mut settled = Vec::with_capacity(checked.len());
+            for entry in &checked {
+                settled.push(
+                    self.settle_log(&entry.record, entry.staging.branch.as_deref())
+                        .await?,
+                );
+                fault("published_one").await;
+            }
+            settled
+        } else {
+            try_join_all(
+                checked
+                    .iter()
+                    .map(|e| self.settle_log(&e.record, e.staging.branch.as_deref())),
+            )
+            .await?
+        };
+        let mut committed = Vec::with_capacity(checked.len());
+        for (entry, log) in checked.iter().zip(settled) {
+            let final_key = format!("{}{}", entry.staging.dir, entry.staging.manifest);
+            let version = CommittedVersion {
+                version: entry.staging.version,
+                manifest_path: self.layout.store_path_of(&final_key),
+                size: entry.size,
+                e_tag: log
+                    .published_etag
+                    .filter(|t| !t.is_empty() && self.layout.shares_etags()),
+            };
+            self.record_published(
+                &entry.record,
+                entry.staging.branch.as_deref(),
+                &entry.staging,
+                &version,
+            )
+            .await?;
+            committed.push(version);
+        }
+        let catalog = self.clone();
+        let published: Vec<(TableRecord, Staging)> =
+            checked.into_iter().map(|e| (e.record, e.staging)).collect();
+        tokio::spawn(async move {
+            for (record, staging) in published {
+                catalog.forget_staged(&record, &staging, None).await;
+            }
+        });
+        Ok((id, committed))
+    }
+
+    /// Step 1 for one entry: what a CreateTableVersion of it would check.
+    async fn check_entry(&self, ctx: &Ctx, id: &[String], req: &NewVersion) -> Result<Entry> {
+        let record = self.describe_table(ctx, id).await?;
+        self.may_change_table(ctx, id, Level::Write, "committing a version")?;
+        let staging = self.staging_of(&record, req)?;
+        let key = format!("{}{}", staging.dir, staging.staged);
+        let staged = self.store.get(&key).await?.ok_or_else(|| {
+            Error::invalid(format!(
+                "the staged manifest '{}' does not exist",
+                req.manifest_path
+            ))
+        })?;
+        self.check_staged(req, &staged)?;
+        Ok(Entry {
+            record,
+            staging,
+            size: staged.body.len() as u64,
+        })
+    }
+
+    /// Step 3 for one entry: its table's head locked for its version by batch `id`.
+    async fn lock_entry(&self, entry: &Entry, id: &str) -> Result<()> {
+        let branch = entry.staging.branch.as_deref();
+        let key = self.head_key_of(&entry.record, branch)?;
+        for _ in 0..LOCK_TRIES {
+            let (log, stored) = tokio::join!(
+                self.settle_log(&entry.record, branch),
+                self.latest_published(&entry.staging.dir)
+            );
+            let (log, stored) = (log?, stored?);
+            if !self.follows(&entry.staging, &log, stored)? {
+                return Err(conflict(format!(
+                    "version {} of table '{}' already exists",
+                    entry.staging.version,
+                    self.show(&entry.record.id)
+                )));
+            }
+            let mut head = log
+                .head
+                .clone()
+                .unwrap_or_else(|| Self::new_head(&entry.record, 0));
+            if let Some(stored) = stored.filter(|s| *s > head.version) {
+                // Versions made around the log: the head starts again from storage's newest.
+                head = Self::new_head(&entry.record, stored);
+            }
+            head.lock = Some(Lock {
+                transaction_id: id.to_string(),
+                version: entry.staging.version,
+                manifest: entry.staging.manifest.clone(),
+                staged: entry.staging.staged.clone(),
+                size: entry.size,
+                locked_at_ms: now_ms(),
+            });
+            if self
+                .put_head(&key, &head, log.etag.as_deref())
+                .await?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+        Err(conflict(format!(
+            "table '{}' kept changing while the batch tried to lock it; retry",
+            self.show(&entry.record.id)
+        )))
+    }
+
+    /// Writes the batch's decision, conditional on the record as the batch last saw it:
+    /// `false` when the record was decided otherwise first (by a gateway that found it
+    /// abandoned, or by a cancel). A property set by AlterTransaction meanwhile is kept.
+    async fn decide_batch(
+        &self,
+        tx: &mut Transaction,
+        status: TxStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        loop {
+            let mut record = tx.record.clone();
+            if record.cancel_requested && status == TxStatus::Succeeded {
+                return Ok(false);
+            }
+            record.status = status;
+            record.error = error.clone();
+            record.updated_at_ms = now_ms();
+            match self
+                .store
+                .put(
+                    &tx.key,
+                    encode(&record),
+                    Condition::IfMatch(tx.etag.clone()),
+                )
+                .await
+            {
+                Ok(etag) => {
+                    tx.etag = etag;
+                    tx.record = record;
+                    return Ok(true);
+                }
+                Err(StoreError::PreconditionFailed) => {
+                    let Some(obj) = self.store.get(&tx.key).await? else {
+                        return Ok(false);
+                    };
+                    let now: super::transactions::TransactionRecord = decode(&tx.key, &obj.body)?;
+                    if now.status != TxStatus::Running {
+                        return Ok(now.status == status);
+                    }
+                    tx.record = now;
+                    tx.etag = obj.etag;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// A batch that will not commit: its record says `Failed` and its locks are removed
+    /// (settling a head whose batch failed removes the lock). Failures here are left to the
+    /// next settler, which finds the record failed or, failing that, abandoned.
+    async fn abandon_batch(&self, tx: &mut Transaction, entries: &[Entry], error: &Error) {
+        if let Err(e) = self
+            .decide_batch(tx, TxStatus::Failed, Some(error.message.clone()))
+            .await
+        {
+            tracing::warn!(transaction = %tx.record.id, error = %e, "could not fail a batch commit");
+            return;
+        }
+        for entry in entries {
+            if let Err(e) = self
+                .settle_log(&entry.record, entry.staging.branch.as_deref())
+                .await
+            {
+                tracing::warn!(transaction = %tx.record.id, error = %e, "could not remove a failed batch's lock");
+            }
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The commit log and batch commits, run against every store, with two gateways over one
+//! warehouse: a batch is visible whole or not at all, a batch refused leaves no lock, and a
+//! gateway that dies at either side of a batch's commit point leaves a state the other
+//! gateway settles the right way (a committed batch rolled forward on the next read, an
+//! uncommitted one failed once its record is abandoned, never before).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use lance_gateway::access::Ctx;
+use lance_gateway::catalog::layout::{Layout, Warehouse};
+use lance_gateway::catalog::log::{Head, Lock};
+use lance_gateway::catalog::records::{FORMAT_VERSION, TableRecord, encode, now_ms};
+use lance_gateway::catalog::transactions::TxStatus;
+use lance_gateway::catalog::versions::{NamingScheme, NewVersion};
+use lance_gateway::catalog::{Catalog, CreateMode};
+use lance_gateway::error::Code;
+use lance_gateway::store::fs::FsStore;
+use lance_gateway::store::memory::MemoryStore;
+use lance_gateway::store::s3::{S3Root, S3Store};
+use lance_gateway::store::{Condition, Store};
+
+const GRACE: Duration = Duration::from_secs(2);
+
+fn final_key(t: &TableRecord, version: u64) -> String {
+    format!(
+        "{}/_versions/{}",
+        t.data_key,
+        NamingScheme::V2.file_name(version)
+    )
+}
+
+/// Stages `body` as version `version` of `t`, as a Lance client would; answers the request.
+async fn stage(
+    cat: &Catalog,
+    store: &Arc<dyn Store>,
+    t: &TableRecord,
+    version: u64,
+    body: &str,
+) -> NewVersion {
+    let key = format!("{}-{}", final_key(t, version), common::unique("s"));
+    store
+        .put(&key, Bytes::from(body.to_string()), Condition::None)
+        .await
+        .unwrap();
+    NewVersion {
+        version: version as i64,
+        manifest_path: cat.layout().store_path_of(&key),
+        manifest_size: Some(body.len() as i64),
+        e_tag: None,
+        naming_scheme: Some("V2".into()),
+        branch: None,
+    }
+}
+
+async fn body_at(store: &Arc<dyn Store>, key: &str) -> Option<String> {
+    store
+        .get(key)
+        .await
+        .unwrap()
+        .map(|o| String::from_utf8_lossy(&o.body).to_string())
+}
+
+/// The newest version a managed reader is answered (the log, settled, or storage).
+async fn visible(cat: &Catalog, store: &Arc<dyn Store>, t: &TableRecord) -> u64 {
+    let log = cat.settle_log(t, None).await.unwrap();
+    let mut stored = 0;
+    for v in (1..10).rev() {
+        if store.get(&final_key(t, v)).await.unwrap().is_some() {
+            stored = v;
+            break;
+        }
+    }
+    let logged = log.version();
+    assert!(
+        logged <= stored,
+        "the log names version {logged}, storage holds {stored}"
+    );
+    stored
+}
+
+async fn rules(store: Arc<dyn Store>, warehouse: Warehouse) {
+    let a = common::open_catalog(store.clone(), warehouse.clone(), GRACE, "gw-a").await;
+    let b = common::open_catalog(store.clone(), warehouse.clone(), GRACE, "gw-b").await;
+    let ctx = Ctx::internal();
+    let ns = vec![common::unique("ns")];
+    a.create_namespace(&ctx, &ns, CreateMode::Create, HashMap::new())
+        .await
+        .unwrap();
+    let mut tables = Vec::new();
+    for name in ["docs", "emb", "dims"] {
+        let id = [ns.clone(), vec![name.to_string()]].concat();
+        let t = a
+            .declare_table(&ctx, &id, None, HashMap::new())
+            .await
+            .unwrap();
+        store
+            .put(
+                &final_key(&t, 1),
+                Bytes::from(format!("{name}@1")),
+                Condition::None,
+            )
+            .await
+            .unwrap();
+        tables.push(t);
+    }
+
+    // A batch over three tables: all at version 2, each manifest at its final name.
+    let mut entries = Vec::new();
+    for t in &tables {
+        entries.push((
+            t.id.clone(),
+            stage(&a, &store, t, 2, &format!("{}@2", t.id[1])).await,
+        ));
+    }
+    let (txid, committed) = a.commit_batch(&ctx, entries).await.unwrap();
+    assert_eq!(
+        committed.iter().map(|c| c.version).collect::<Vec<_>>(),
+        vec![2, 2, 2]
+    );
+    for t in &tables {
+        assert_eq!(visible(&b, &store, t).await, 2);
+        assert_eq!(
+            body_at(&store, &final_key(t, 2)).await.unwrap(),
+            format!("{}@2", t.id[1])
+        );
+    }
+    let record = a.describe_transaction(&ctx, &txid).await.unwrap();
+    assert_eq!(record.status, TxStatus::Succeeded);
+    assert_eq!(record.batch.len(), 3);
+
+    // One entry out of line (a hole) refuses the batch whole, and leaves no lock behind.
+    let entries = vec![
+        (
+            tables[0].id.clone(),
+            stage(&a, &store, &tables[0], 3, "docs@3").await,
+        ),
+        (
+            tables[1].id.clone(),
+            stage(&a, &store, &tables[1], 4, "emb@4").await,
+        ),
+    ];
+    let err = a.commit_batch(&ctx, entries).await.unwrap_err();
+    assert_eq!(err.code, Code::ConcurrentModification, "{err}");
+    assert_eq!(visible(&b, &store, &tables[0]).await, 2);
+    assert!(
+        store
+            .get(&final_key(&tables[0], 3))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let single = stage(&b, &store, &tables[0], 3, "docs@3 alone").await;
+    assert_eq!(
+        b.create_table_version(&ctx, &tables[0].id, single)
+            .await
+            .unwrap()
+            .version,
+        3
+    );
+    // An entry staged in another table's folder is refused before anything is written.
+    let stray = stage(&a, &store, &tables[0], 3, "emb@3").await;
+    let err = a
+        .commit_batch(&ctx, vec![(tables[1].id.clone(), stray)])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::InvalidInput, "{err}");
+
+    // A gateway dies after the commit point, before publishing: the record says Succeeded,
+    // the heads still hold its locks. The other gateway's next read publishes each table.
+    let (t1, t2) = (&tables[1], &tables[2]);
+    let crashed = a
+        .begin_transaction(&t1.id, "batch_commit", "", BTreeMap::new())
+        .await
+        .unwrap();
+    for t in [t1, t2] {
+        lock(
+            &store,
+            &a,
+            t,
+            &crashed.record.id,
+            3,
+            &format!("{}@3 crashed", t.id[1]),
+        )
+        .await;
+    }
+    // Before the commit write, and while the record is fresh: nothing visible, writers
+    // refused with 409.
+    assert_eq!(visible(&b, &store, t1).await, 2);
+    let rival = stage(&b, &store, t1, 3, "emb@3 rival").await;
+    let err = b
+        .create_table_version(&ctx, &t1.id, rival)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::ConcurrentModification, "{err}");
+    let mut crashed = crashed;
+    a.finish_transaction(&mut crashed, TxStatus::Succeeded, None, &BTreeMap::new())
+        .await
+        .unwrap();
+    for t in [t1, t2] {
+        assert_eq!(visible(&b, &store, t).await, 3);
+        assert_eq!(
+            body_at(&store, &final_key(t, 3)).await.unwrap(),
+            format!("{}@3 crashed", t.id[1])
+        );
+    }
+
+    // A gateway dies before the commit point: its record stays Running. Past the grace
+    // period the other gateway fails it and the tables move on without it.
+    let dead = a
+        .begin_transaction(&t1.id, "batch_commit", "", BTreeMap::new())
+        .await
+        .unwrap();
+    for t in [t1, t2] {
+        lock(&store, &a, t, &dead.record.id, 4, "never").await;
+    }
+    tokio::time::sleep(GRACE + Duration::from_millis(500)).await;
+    let next = stage(&b, &store, t1, 4, "emb@4 after").await;
+    assert_eq!(
+        b.create_table_version(&ctx, &t1.id, next)
+            .await
+            .unwrap()
+            .version,
+        4
+    );
+    assert_eq!(visible(&b, &store, t2).await, 3);
+    let failed = b.describe_transaction(&ctx, &dead.record.id).await.unwrap();
+    assert_eq!(failed.status, TxStatus::Failed);
+    assert!(store.get(&final_key(t2, 4)).await.unwrap().is_none());
+}
+
+/// Writes a batch's lock on `t`'s head for `version`, staging `body`, as a gateway that then
+/// died would leave it.
+async fn lock(
+    store: &Arc<dyn Store>,
+    cat: &Catalog,
+    t: &TableRecord,
+    txid: &str,
+    version: u64,
+    body: &str,
+) {
+    let staged = stage(cat, store, t, version, body).await;
+    let key = Layout::head_key("", &t.data_key, None);
+    let current = store.get(&key).await.unwrap();
+    let mut head = match &current {
+        Some(obj) => serde_json::from_slice::<Head>(&obj.body).unwrap(),
+        None => Head {
+            format_version: FORMAT_VERSION,
+            table_uid: t.uid.clone(),
+            version: version - 1,
+            manifest: String::new(),
+            staged: None,
+            size: 0,
+            committed_at_ms: now_ms(),
+            transaction_id: None,
+            lock: None,
+        },
+    };
+    let name = staged.manifest_path.rsplit('/').next().unwrap().to_string();
+    head.lock = Some(Lock {
+        transaction_id: txid.to_string(),
+        version,
+        manifest: NamingScheme::V2.file_name(version),
+        staged: name,
+        size: body.len() as u64,
+        locked_at_ms: now_ms(),
+    });
+    let cond = match current {
+        Some(obj) => Condition::IfMatch(obj.etag),
+        None => Condition::IfAbsent,
+    };
+    store.put(&key, encode(&head), cond).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_on_memory() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    rules(
+        store,
+        Warehouse::S3Bucket {
+            bucket: "mem".into(),
+            prefix: String::new(),
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_on_local_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open_with_sync(dir.path(), false).unwrap();
+    let warehouse = Warehouse::Local(store.root().to_path_buf());
+    rules(Arc::new(store), warehouse).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_on_s3() {
+    let env = common::s3_env();
+    let client = common::s3_client(&env).await;
+    let bucket = common::fresh_bucket(&client, "batch").await;
+    let root = S3Root::Bucket {
+        bucket: bucket.clone(),
+        prefix: String::new(),
+    };
+    let warehouse = Warehouse::S3Bucket {
+        bucket,
+        prefix: String::new(),
+    };
+    rules(Arc::new(S3Store::new(client, root)), warehouse).await;
+}

@@ -1,0 +1,383 @@
+"""Batch commits (BatchCommitTables, BatchCreateTableVersions) through the commit log, with
+pylance writing and reading managed tables, on the local warehouse and on SeaweedFS. The
+batches are made with the repository's own helper (`clients/python`, installed by CI with
+pip), which records pylance's commits inside a `with transaction(...)` block and sends one
+BatchCommitTables when the block ends."""
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import uuid
+
+import lance
+import lance_namespace as ln
+import lancedb
+import pytest
+from lance.namespace import RestNamespace
+from lance_gateway import TransactionError, transaction
+
+from conftest import gateway_binary, start_gateway
+from security import call, enc, keyed_gateway
+from test_lancedb_remote import data
+from test_managed_versioning import Objects, describe, final_name, namespace, table_id
+
+
+@pytest.fixture(scope="module", params=["local", "seaweedfs"])
+def managed(request):
+    with keyed_gateway(request, "lg-batch-", ("--managed-versioning", "true")) as gw:
+        yield gw
+
+
+def tx_of(managed, who="app"):
+    return transaction(managed["gw"].uri, headers={"x-api-key": managed["keys"][who]})
+
+
+def tables(managed, n: int, rows: int = 10) -> list[list[str]]:
+    ns = namespace(managed, "app")
+    ids = [table_id(managed, f"b{i}") for i in range(n)]
+    for tid in ids:
+        lance.write_dataset(data(rows), namespace_client=ns, table_id=tid, mode="create")
+    return ids
+
+
+def latest(managed, tid, who="app") -> int:
+    """The version a managed reader resolves as the newest (what pylance asks before every
+    read with strong consistency)."""
+    listed = namespace(managed, who).list_table_versions(
+        ln.ListTableVersionsRequest(id=tid, descending=True, limit=1))
+    return listed.versions[0].version
+
+
+def test_a_batch_over_three_tables_is_seen_whole_by_polling_readers(managed):
+    ids = tables(managed, 3)
+    for round_ in range(3):
+        before = {tuple(t): latest(managed, t) for t in ids}
+        seen: list[list[tuple[int, bool]]] = [[] for _ in range(3)]
+        stop = threading.Event()
+        failures = []
+
+        def poll(out):
+            try:
+                while not stop.is_set():
+                    for i, tid in enumerate(ids):
+                        out.append((i, latest(managed, tid) > before[tuple(tid)]))
+            except Exception as e:  # noqa: BLE001 - reported below
+                failures.append(e)
+
+        readers = [threading.Thread(target=poll, args=(s,)) for s in seen]
+        for r in readers:
+            r.start()
+        time.sleep(0.2)
+        with tx_of(managed) as tx:
+            for i, tid in enumerate(ids):
+                lance.write_dataset(data(5, start=100 * (round_ + 1) + 10 * i), namespace_client=tx.namespace,
+                                    table_id=tid, mode="append")
+            # Written, not committed: managed readers still see every table as it was.
+            assert all(latest(managed, t) == before[tuple(t)] for t in ids)
+        time.sleep(0.2)
+        stop.set()
+        for r in readers:
+            r.join()
+        assert not failures, failures
+        assert tx.transaction_id
+        assert tx.versions == {tuple(t): before[tuple(t)] + 1 for t in ids}
+        for reads in seen:
+            assert reads, "a reader read nothing"
+            # Each reader reads the tables one after another: once it has seen one table
+            # new, every later read of any table is new (never new docs with old embeddings).
+            first_new = next((k for k, (_, new) in enumerate(reads) if new), len(reads))
+            assert all(new for _, new in reads[first_new:]), reads[max(0, first_new - 3):first_new + 6]
+            assert reads[-1][1], "the batch was not visible at the end"
+    ns = namespace(managed, "viewer")
+    for i, tid in enumerate(ids):
+        ds = lance.dataset(namespace_client=ns, table_id=tid)
+        assert ds.version == 4 and ds.count_rows() == 25
+        assert sorted(ds.to_table(columns=["id"])["id"].to_pylist())[-5:] == list(range(300 + 10 * i, 305 + 10 * i))
+    # What storage holds: every version at its final name, no staging manifest left.
+    objects = Objects(managed)
+    location = describe(managed, ids[0])["location"]
+    deadline = time.time() + 10
+    while (names := [n for n in objects.versions_folder(location) if ".manifest" in n]) != sorted(
+            final_name(v) for v in (1, 2, 3, 4)):
+        assert time.time() < deadline, names
+        time.sleep(0.05)
+
+
+def test_the_batch_is_a_transaction_describe_knows(managed):
+    ids = tables(managed, 2)
+    with tx_of(managed) as tx:
+        for tid in ids:
+            lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=tid, mode="append")
+    status, body, _ = call(managed["gw"].uri, "POST", f"/v1/transaction/{tx.transaction_id}/describe", {},
+                           {"x-api-key": managed["keys"]["app"]})
+    assert status == 200, body
+    assert body["status"] == "Succeeded"
+    assert body["properties"]["lance_gateway.operation"] == "batch_commit"
+    assert body["properties"]["lance_gateway.tables"] == "2"
+
+
+def test_a_block_that_raises_commits_nothing(managed):
+    ids = tables(managed, 2)
+    with pytest.raises(RuntimeError):
+        with tx_of(managed) as tx:
+            for tid in ids:
+                lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=tid, mode="append")
+            raise RuntimeError("the pipeline failed half-way")
+    assert tx.transaction_id is None
+    for tid in ids:
+        ds = lance.dataset(namespace_client=namespace(managed, "app"), table_id=tid)
+        assert ds.version == 1 and ds.count_rows() == 10
+
+
+def test_a_batch_with_one_conflicting_entry_is_refused_whole(managed):
+    """A rival commits to one table while the batch is being written: the batch's version
+    of that table no longer follows, so the whole batch is refused (409, code 14) and the
+    other table stays as it was."""
+    a, b = tables(managed, 2)
+    with pytest.raises(TransactionError) as refused:
+        with tx_of(managed) as tx:
+            lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=a, mode="append")
+            lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=b, mode="append")
+            lance.write_dataset(data(7, start=70), namespace_client=namespace(managed, "app"), table_id=b,
+                                mode="append")
+    assert (refused.value.status, refused.value.code) == (409, 14), refused.value
+    ns = namespace(managed, "app")
+    ds_a = lance.dataset(namespace_client=ns, table_id=a)
+    assert ds_a.version == 1 and ds_a.count_rows() == 10
+    ds_b = lance.dataset(namespace_client=ns, table_id=b)
+    assert ds_b.version == 2 and ds_b.count_rows() == 17
+    # The refused batch left no lock: both tables take the next commit at once.
+    with tx_of(managed) as tx:
+        for tid in (a, b):
+            lance.write_dataset(data(1, start=90), namespace_client=tx.namespace, table_id=tid, mode="append")
+    assert tx.versions == {tuple(a): 2, tuple(b): 3}
+
+
+def batch_create(managed, entries, who="app"):
+    return call(managed["gw"].uri, "POST", "/v1/table/version/batch-create", {"entries": entries},
+                {"x-api-key": managed["keys"][who]})
+
+
+def test_batches_that_are_not_commits_are_refused_whole(managed):
+    a, b = tables(managed, 2)
+    objects = Objects(managed)
+    loc_a, loc_b = describe(managed, a)["location"], describe(managed, b)["location"]
+    dir_a = objects.folder(loc_a).rstrip("/") + "/_versions/"
+    dir_b = objects.folder(loc_b).rstrip("/") + "/_versions/"
+    v1_a = objects.read(loc_a, dir_a + final_name(1))
+    v1_b = objects.read(loc_b, dir_b + final_name(1))
+
+    def staged(loc, folder, body, version=2):
+        path = f"{folder}{final_name(version)}-{uuid.uuid4()}"
+        objects.write(loc, path, body)
+        return path
+
+    good_a = {"id": a, "version": 2, "manifest_path": staged(loc_a, dir_a, v1_a), "naming_scheme": "V2"}
+    # Table b's entry names a manifest staged in table a's folder: not b's to publish.
+    stray = {"id": b, "version": 2, "manifest_path": staged(loc_a, dir_a, v1_b), "naming_scheme": "V2"}
+    status, body, _ = batch_create(managed, [good_a, stray])
+    assert (status, body["code"]) == (400, 13), body
+    # A hole in b.
+    hole = {"id": b, "version": 3, "manifest_path": staged(loc_b, dir_b, v1_b, 3), "naming_scheme": "V2"}
+    status, body, _ = batch_create(managed, [good_a, hole])
+    assert (status, body["code"]) == (409, 14), body
+    # The same table twice, an empty batch, an entry with no id, a reader's batch.
+    status, body, _ = batch_create(managed, [good_a, dict(good_a)])
+    assert (status, body["code"]) == (400, 13), body
+    status, body, _ = batch_create(managed, [])
+    assert (status, body["code"]) == (400, 13), body
+    status, body, _ = batch_create(managed, [{k: v for k, v in good_a.items() if k != "id"}])
+    assert (status, body["code"]) == (400, 13), body
+    status, body, _ = batch_create(managed, [good_a], who="viewer")
+    assert (status, body["code"]) == (403, 15), body
+    # Kinds a batch does not serve are refused with the batch.
+    status, body, _ = call(managed["gw"].uri, "POST", "/v1/table/batch-commit",
+                           {"operations": [{"create_table_version": good_a}, {"deregister_table": {"id": b}}]},
+                           {"x-api-key": managed["keys"]["app"]})
+    assert (status, body["code"]) == (406, 0), body
+    # None of it is visible: both tables at version 1.
+    assert latest(managed, a) == 1 and latest(managed, b) == 1
+    assert [n for n in objects.versions_folder(loc_a) if n.endswith(".manifest")] == [final_name(1)]
+    # The good entry alone commits.
+    good_b = {"id": b, "version": 2, "manifest_path": staged(loc_b, dir_b, v1_b), "naming_scheme": "V2"}
+    status, body, _ = batch_create(managed, [good_a, good_b])
+    assert status == 200, body
+    assert [v["version"] for v in body["versions"]] == [2, 2]
+    assert body["versions"][1]["manifest_path"] == dir_b + final_name(2)
+    assert body["transaction_id"]
+    # (The manifests staged here are copies of version 1's, so storage is what to look at.)
+    assert objects.read(loc_a, dir_a + final_name(2)) == v1_a
+    assert objects.read(loc_b, dir_b + final_name(2)) == v1_b
+
+
+def test_lancedb_reads_what_a_batch_committed(managed):
+    ids = tables(managed, 2, rows=20)
+    with tx_of(managed) as tx:
+        for tid in ids:
+            lance.write_dataset(data(5, start=500), namespace_client=tx.namespace, table_id=tid, mode="append")
+    db = lancedb.connect_namespace("rest", {"uri": managed["gw"].uri, "headers.x-api-key": managed["keys"]["viewer"]})
+    for tid in ids:
+        t = db.open_table(tid[-1], namespace_path=tid[:-1] or None)
+        assert t.version == 2 and t.count_rows() == 25
+        assert t.search().where("id >= 500").to_arrow().num_rows == 5
+
+
+def test_concurrent_appenders_lose_no_rows_through_the_log(managed):
+    """Four pylance writers appending to one managed table at once: every commit goes
+    through the log, each loser rebases and lands next, no rows are lost."""
+    (tid,) = tables(managed, 1, rows=1)
+    errors = []
+
+    def add(k):
+        try:
+            for j in range(3):
+                lance.write_dataset(data(2, start=1000 * (k + 1) + 10 * j), namespace_client=namespace(managed, "app"),
+                                    table_id=tid, mode="append")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=add, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    ds = lance.dataset(namespace_client=namespace(managed, "app"), table_id=tid)
+    assert ds.version == 13 and ds.count_rows() == 1 + 4 * 3 * 2
+    assert [v["version"] for v in ds.versions()] == list(range(1, 14))
+
+
+# ------------------------------------------------------------------ gateways killed mid-batch
+
+
+def warehouse_args(managed) -> list[str]:
+    """The warehouse settings alone (what `admin` takes), from the keyed gateway's."""
+    return managed["args"][:managed["args"].index("--api-keys")]
+
+
+def start_beside(managed, env: dict | None = None):
+    """Another gateway over the same warehouse, keys and grants, with a short grace period."""
+    return start_gateway([*managed["args"], "--recovery-grace-secs", "3"], {**managed["env"], **(env or {})})
+
+
+def fsck_clean(managed):
+    out = subprocess.run([gateway_binary(), "admin", "fsck", *warehouse_args(managed)], capture_output=True,
+                         text=True, env={**os.environ, **managed["env"]}, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def versions_seen(managed, gw, ids) -> list[int]:
+    ns = RestNamespace(uri=gw.uri, **{"headers.x-api-key": managed["keys"]["app"]})
+    return [ns.list_table_versions(ln.ListTableVersionsRequest(id=t, descending=True, limit=1)).versions[0].version
+            for t in ids]
+
+
+def batch_in_thread(gw, managed, ids, start: int):
+    """Appends 3 rows (ids start..start+2) to every table in one batch through `gw`, in a
+    thread; answers the thread and a list that receives the outcome."""
+    outcome = []
+
+    def run():
+        try:
+            with transaction(gw.uri, headers={"x-api-key": managed["keys"]["app"]}) as tx:
+                for tid in ids:
+                    lance.write_dataset(data(3, start=start), namespace_client=tx.namespace, table_id=tid,
+                                        mode="append")
+            outcome.append(("committed", tx.versions))
+        except Exception as e:  # noqa: BLE001 - the gateway is killed under it
+            outcome.append(("failed", e))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def rows_of(managed, gw, ids, marker: int) -> list[int]:
+    """How many rows of the batch marked `marker` each table holds, as managed readers see it."""
+    ns = RestNamespace(uri=gw.uri, **{"headers.x-api-key": managed["keys"]["app"]})
+    return [lance.dataset(namespace_client=ns, table_id=t).count_rows(f"id >= {marker} AND id < {marker + 3}")
+            for t in ids]
+
+
+@pytest.mark.parametrize("step", ["recorded", "locked", "committed", "published_one"])
+def test_a_gateway_killed_at_each_step_of_a_batch(managed, step):
+    """Two gateways serve the warehouse; one is killed (SIGKILL) when a batch reaches
+    `step`. The other then sees the batch whole (killed after the commit point: the next
+    read publishes what the dead gateway had not) or not at all (before it: the lock keeps
+    writers out until the grace period, then the batch is failed), and fsck is clean."""
+    ids = tables(managed, 3)
+    survivor = start_beside(managed)
+    doomed = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": step})
+    try:
+        thread, outcome = batch_in_thread(doomed, managed, ids, 700)
+        deadline = time.time() + 60
+        while "fault injection: pausing a batch commit" not in open(doomed.log).read():
+            assert time.time() < deadline, open(doomed.log).read()[-3000:]
+            time.sleep(0.05)
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait()
+        thread.join(timeout=60)
+        assert outcome and outcome[0][0] == "failed", outcome
+        committed = step in ("committed", "published_one")
+        assert versions_seen(managed, survivor, ids) == ([2, 2, 2] if committed else [1, 1, 1])
+        assert rows_of(managed, survivor, ids, 700) == ([3, 3, 3] if committed else [0, 0, 0])
+        if not committed:
+            # Past the grace period the dead batch is failed and its tables move on.
+            time.sleep(3.5)
+        fsck_clean(managed)
+        thread, outcome = batch_in_thread(survivor, managed, ids, 800)
+        thread.join(timeout=60)
+        assert outcome[0][0] == "committed", outcome
+        expected = 3 if committed else 2
+        assert versions_seen(managed, survivor, ids) == [expected] * 3
+        assert rows_of(managed, survivor, ids, 800) == [3, 3, 3]
+    finally:
+        if doomed.proc.poll() is None:
+            doomed.proc.kill()
+        assert survivor.stop() == 0
+
+
+def test_gateways_killed_at_random_moments_leave_every_batch_whole(managed):
+    """A batch after batch through a gateway killed a random moment after it starts: after
+    each, the other gateway sees the batch in every table or in none."""
+    rng = random.Random(21)
+    ids = tables(managed, 3)
+    survivor = start_beside(managed)
+    whole, none = 0, 0
+    try:
+        for round_ in range(12):
+            doomed = start_beside(managed)
+            marker = 1000 + 10 * round_
+            thread, outcome = batch_in_thread(doomed, managed, ids, marker)
+            time.sleep(rng.uniform(0.05, 0.6))
+            doomed.proc.send_signal(signal.SIGKILL)
+            doomed.proc.wait()
+            thread.join(timeout=60)
+            counts = rows_of(managed, survivor, ids, marker)
+            assert counts in ([3, 3, 3], [0, 0, 0]), (round_, counts, outcome)
+            whole += counts == [3, 3, 3]
+            none += counts == [0, 0, 0]
+            seen = versions_seen(managed, survivor, ids)
+            assert len(set(seen)) == 1, (round_, seen)
+            if outcome and outcome[0][0] == "committed":
+                assert counts == [3, 3, 3]
+            # A lock left by a batch killed before its commit point holds the tables until
+            # the grace period passes.
+            deadline = time.time() + 10
+            while True:
+                try:
+                    with transaction(survivor.uri, headers={"x-api-key": managed["keys"]["app"]}) as tx:
+                        for tid in ids:
+                            lance.write_dataset(data(1, start=marker + 5), namespace_client=tx.namespace,
+                                                table_id=tid, mode="append")
+                    break
+                except TransactionError as e:
+                    assert e.code == 14 and time.time() < deadline, e
+                    time.sleep(0.5)
+        fsck_clean(managed)
+    finally:
+        assert survivor.stop() == 0
+    print(f"batches seen whole: {whole}, not at all: {none}")
