@@ -180,13 +180,8 @@ impl Catalog {
                     .published_etag
                     .filter(|t| !t.is_empty() && self.layout.shares_etags()),
             };
-            self.record_published(
-                &entry.record,
-                entry.staging.branch.as_deref(),
-                &entry.staging,
-                &version,
-            )
-            .await?;
+            self.record_published(&entry.record, &entry.staging, &version)
+                .await?;
             committed.push(version);
         }
         let catalog = self.clone();

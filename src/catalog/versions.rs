@@ -341,8 +341,7 @@ impl Catalog {
                     size: staged.body.len() as u64,
                     e_tag: self.layout.shares_etags().then_some(etag),
                 };
-                self.record_published(&record, branch, &staging, &committed)
-                    .await?;
+                self.record_published(&record, &staging, &committed).await?;
                 self.forget_staged(&record, &staging, None).await;
                 return Ok(committed);
             }
@@ -387,13 +386,18 @@ impl Catalog {
             size: staged.body.len() as u64,
             e_tag: self.layout.shares_etags().then_some(etag),
         };
-        self.record_published(&record, branch, &staging, &committed)
-            .await?;
-        // After the answer: the head learns the version is published, then the staging
-        // manifest goes (until then, anyone who reads the head publishes it again, harmlessly).
+        self.commit_seen(&record);
+        // After the answer, in this order: the receipt (which answers a retry once the
+        // staging manifest is gone; until then the staging manifest does), the head's note
+        // that the version is published (until then, whoever reads the head publishes it
+        // again, harmlessly), and the staging manifest.
         let catalog = self.clone();
-        let (record, staging) = (record.clone(), staging.clone());
+        let (record, staging, done) = (record.clone(), staging.clone(), committed.clone());
         tokio::spawn(async move {
+            if let Err(e) = catalog.write_receipt_of(&record, &staging, &done).await {
+                tracing::warn!(table = ?record.id, version = done.version, error = %e, "could not write a commit's receipt; its staging manifest is kept");
+                return;
+            }
             catalog
                 .forget_staged(&record, &staging, Some(head_etag))
                 .await;
@@ -406,7 +410,18 @@ impl Catalog {
     pub(crate) async fn record_published(
         &self,
         record: &TableRecord,
-        branch: Option<&str>,
+        staging: &Staging,
+        committed: &CommittedVersion,
+    ) -> Result<()> {
+        self.write_receipt_of(record, staging, committed).await?;
+        self.commit_seen(record);
+        Ok(())
+    }
+
+    /// The receipt of a version published from `staging`.
+    async fn write_receipt_of(
+        &self,
+        record: &TableRecord,
         staging: &Staging,
         committed: &CommittedVersion,
     ) -> Result<()> {
@@ -420,9 +435,8 @@ impl Catalog {
             e_tag: committed.e_tag.clone(),
             committed_at_ms: super::records::now_ms(),
         };
-        self.write_receipt(record, branch, &receipt).await?;
-        self.commit_seen(record);
-        Ok(())
+        self.write_receipt(record, staging.branch.as_deref(), &receipt)
+            .await
     }
 
     /// Clears the head's note of a staged manifest (when the head is still the one written
