@@ -28,22 +28,13 @@ import time
 import uuid
 
 import lance
-import numpy as np
-import pyarrow as pa
 from lance.namespace import RestNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
 from metadata import Server, enc, free_port, parse_latency  # noqa: E402
-
-
-def rows(n: int, start: int) -> pa.Table:
-    rng = np.random.default_rng(start)
-    return pa.table({
-        "id": pa.array(np.arange(start, start + n), pa.int64()),
-        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 16, dtype=np.float32)), 16),
-    })
+from versions import rows  # noqa: E402
 
 
 def latest_under_load(port, tid, seconds, wrk):

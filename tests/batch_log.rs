@@ -14,7 +14,7 @@ use bytes::Bytes;
 use lance_gateway::access::Ctx;
 use lance_gateway::catalog::layout::{Layout, Warehouse};
 use lance_gateway::catalog::log::{Head, Lock};
-use lance_gateway::catalog::records::{FORMAT_VERSION, TableRecord, encode, now_ms};
+use lance_gateway::catalog::records::{TableRecord, encode, now_ms};
 use lance_gateway::catalog::transactions::TxStatus;
 use lance_gateway::catalog::versions::{NamingScheme, NewVersion};
 use lance_gateway::catalog::{Catalog, CreateMode};
@@ -248,17 +248,7 @@ async fn lock(
     let current = store.get(&key).await.unwrap();
     let mut head = match &current {
         Some(obj) => serde_json::from_slice::<Head>(&obj.body).unwrap(),
-        None => Head {
-            format_version: FORMAT_VERSION,
-            table_uid: t.uid.clone(),
-            version: version - 1,
-            manifest: String::new(),
-            staged: None,
-            size: 0,
-            committed_at_ms: now_ms(),
-            transaction_id: None,
-            lock: None,
-        },
+        None => Head::new(&t.uid, version - 1),
     };
     let name = staged.manifest_path.rsplit('/').next().unwrap().to_string();
     head.lock = Some(Lock {

@@ -31,6 +31,21 @@ fields!(BatchCommitTablesRequest, "BatchCommitTables", served: ["operations"]);
 const NO_METADATA: &str =
     "version metadata is not kept by lance-gateway: the manifest is the version's whole record";
 
+/// The version a request names: CreateTableVersionRequest, and the entries and operations of
+/// the batches, carry the same fields.
+macro_rules! new_version {
+    ($m:expr) => {
+        NewVersion {
+            version: $m.version,
+            manifest_path: $m.manifest_path,
+            manifest_size: $m.manifest_size,
+            e_tag: $m.e_tag,
+            naming_scheme: $m.naming_scheme,
+            branch: $m.branch,
+        }
+    };
+}
+
 /// A version as the answers carry it.
 fn table_version(committed: CommittedVersion) -> TableVersion {
     TableVersion {
@@ -67,14 +82,7 @@ pub async fn create(
     JsonBody(req): JsonBody<CreateTableVersionRequest>,
 ) -> Result<Json<CreateTableVersionResponse>> {
     target.check_body_id(req.id.as_ref())?;
-    let new = NewVersion {
-        version: req.version,
-        manifest_path: req.manifest_path,
-        manifest_size: req.manifest_size,
-        e_tag: req.e_tag,
-        naming_scheme: req.naming_scheme,
-        branch: req.branch,
-    };
+    let new = new_version!(req);
     let catalog = state.catalog.clone();
     // Run to its end: a publish cut off before the staging manifest is removed leaves
     // only garbage, but the client must not be left guessing longer than needed.
@@ -97,14 +105,7 @@ pub async fn batch_create(
         .into_iter()
         .enumerate()
         .map(|(i, e)| {
-            let new = NewVersion {
-                version: e.version,
-                manifest_path: e.manifest_path,
-                manifest_size: e.manifest_size,
-                e_tag: e.e_tag,
-                naming_scheme: e.naming_scheme,
-                branch: e.branch,
-            };
+            let new = new_version!(e);
             batch_entry(
                 format!("entries[{i}]"),
                 Some(e.id),
@@ -151,14 +152,7 @@ pub async fn batch_commit(
                  declare, delete versions and deregister each on their own first"
             )));
         };
-        let new = NewVersion {
-            version: v.version,
-            manifest_path: v.manifest_path,
-            manifest_size: v.manifest_size,
-            e_tag: v.e_tag,
-            naming_scheme: v.naming_scheme,
-            branch: v.branch,
-        };
+        let new = new_version!(v);
         entries.push(batch_entry(at, v.id, v.metadata.as_ref(), new)?);
     }
     let catalog = state.catalog.clone();

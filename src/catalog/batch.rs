@@ -27,12 +27,11 @@ use futures::future::{join_all, try_join_all};
 
 use super::Catalog;
 use super::log::{Lock, LogState};
-use super::records::{TableRecord, decode, encode, now_ms};
-use super::transactions::{BatchItem, Transaction, TxStatus};
+use super::records::{TableRecord, now_ms};
+use super::transactions::{BatchItem, Transaction, TxStatus, Written};
 use super::versions::{CommittedVersion, NewVersion, Staging};
 use crate::access::{Ctx, Level};
 use crate::error::{Code, Error, Result};
-use crate::store::{Condition, StoreError};
 
 /// The most entries one batch may hold.
 pub const MAX_ENTRIES: usize = 100;
@@ -278,33 +277,15 @@ impl Catalog {
             }
             record.status = status;
             record.error = error.clone();
-            record.updated_at_ms = now_ms();
-            match self
-                .store
-                .put(
-                    &tx.key,
-                    encode(&record),
-                    Condition::IfMatch(tx.etag.clone()),
-                )
-                .await
-            {
-                Ok(etag) => {
-                    tx.etag = etag;
-                    tx.record = record;
-                    return Ok(true);
+            match self.write_transaction(tx, record).await? {
+                Written::Done => return Ok(true),
+                Written::Gone => return Ok(false),
+                // Decided by someone else first: the decision stands.
+                Written::Changed if tx.record.status != TxStatus::Running => {
+                    return Ok(tx.record.status == status);
                 }
-                Err(StoreError::PreconditionFailed) => {
-                    let Some(obj) = self.store.get(&tx.key).await? else {
-                        return Ok(false);
-                    };
-                    let now: super::transactions::TransactionRecord = decode(&tx.key, &obj.body)?;
-                    if now.status != TxStatus::Running {
-                        return Ok(now.status == status);
-                    }
-                    tx.record = now;
-                    tx.etag = obj.etag;
-                }
-                Err(e) => return Err(e.into()),
+                // Only altered (a property, a cancel asked for): decide again.
+                Written::Changed => {}
             }
         }
     }

@@ -64,6 +64,24 @@ pub struct Head {
     pub lock: Option<Lock>,
 }
 
+impl Head {
+    /// A head of the table with uid `table_uid` at `version`, committed now, naming nothing
+    /// else.
+    pub fn new(table_uid: &str, version: u64) -> Head {
+        Head {
+            format_version: FORMAT_VERSION,
+            table_uid: table_uid.to_string(),
+            version,
+            manifest: String::new(),
+            staged: None,
+            size: 0,
+            committed_at_ms: now_ms(),
+            transaction_id: None,
+            lock: None,
+        }
+    }
+}
+
 /// A batch commit's hold on a table's next version.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Lock {
@@ -172,17 +190,7 @@ impl Catalog {
 
     /// A fresh head for `record`, at `version` (from storage, or 0).
     pub(crate) fn new_head(record: &TableRecord, version: u64) -> Head {
-        Head {
-            format_version: FORMAT_VERSION,
-            table_uid: record.uid.clone(),
-            version,
-            manifest: String::new(),
-            staged: None,
-            size: 0,
-            committed_at_ms: now_ms(),
-            transaction_id: None,
-            lock: None,
-        }
+        Head::new(&record.uid, version)
     }
 
     /// Publishes the staged manifest `dir/staged` as `dir/manifest` (create-if-absent): the

@@ -103,6 +103,15 @@ pub struct Transaction {
     pub record: TransactionRecord,
 }
 
+/// What became of a conditional write of a transaction record.
+pub(crate) enum Written {
+    Done,
+    /// Someone wrote in between; the owner's copy is now theirs.
+    Changed,
+    /// The record is gone.
+    Gone,
+}
+
 /// One change of an AlterTransaction, as the spec's actions name them.
 #[derive(Clone, Debug)]
 pub enum TxAction {
@@ -211,6 +220,40 @@ impl Catalog {
         Ok(Transaction { key, etag, record })
     }
 
+    /// Writes `record` over the transaction as its owner last read it (`tx`), conditional on
+    /// that; `tx` then holds what is there now.
+    pub(crate) async fn write_transaction(
+        &self,
+        tx: &mut Transaction,
+        mut record: TransactionRecord,
+    ) -> Result<Written> {
+        record.updated_at_ms = now_ms();
+        match self
+            .store
+            .put(
+                &tx.key,
+                encode(&record),
+                Condition::IfMatch(tx.etag.clone()),
+            )
+            .await
+        {
+            Ok(etag) => {
+                tx.etag = etag;
+                tx.record = record;
+                Ok(Written::Done)
+            }
+            Err(StoreError::PreconditionFailed) => match self.store.get(&tx.key).await? {
+                Some(obj) => {
+                    tx.record = decode(&tx.key, &obj.body)?;
+                    tx.etag = obj.etag;
+                    Ok(Written::Changed)
+                }
+                None => Ok(Written::Gone),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Applies `change` to the owner's record and writes it, re-reading and re-applying when
     /// someone else (an alter) wrote in between.
     async fn rewrite(
@@ -221,30 +264,12 @@ impl Catalog {
         loop {
             let mut record = tx.record.clone();
             change(&mut record);
-            record.updated_at_ms = now_ms();
-            match self
-                .store
-                .put(
-                    &tx.key,
-                    encode(&record),
-                    Condition::IfMatch(tx.etag.clone()),
-                )
-                .await
-            {
-                Ok(etag) => {
-                    tx.etag = etag;
-                    tx.record = record;
-                    return Ok(());
+            match self.write_transaction(tx, record).await? {
+                Written::Done => return Ok(()),
+                Written::Changed => {}
+                Written::Gone => {
+                    return Err(Error::internal("a transaction record vanished", &tx.key));
                 }
-                Err(StoreError::PreconditionFailed) => {
-                    let obj =
-                        self.store.get(&tx.key).await?.ok_or_else(|| {
-                            Error::internal("a transaction record vanished", &tx.key)
-                        })?;
-                    tx.record = decode(&tx.key, &obj.body)?;
-                    tx.etag = obj.etag;
-                }
-                Err(e) => return Err(e.into()),
             }
         }
     }
