@@ -184,11 +184,10 @@ impl Catalog {
             committed.push(version);
         }
         let catalog = self.clone();
-        let published: Vec<(TableRecord, Staging)> =
-            checked.into_iter().map(|e| (e.record, e.staging)).collect();
+        let published: Vec<Staging> = checked.into_iter().map(|e| e.staging).collect();
         tokio::spawn(async move {
-            for (record, staging) in published {
-                catalog.forget_staged(&record, &staging, None).await;
+            for staging in published {
+                catalog.forget_staged(&staging).await;
             }
         });
         Ok((id, committed))
@@ -219,10 +218,9 @@ impl Catalog {
         let branch = entry.staging.branch.as_deref();
         let key = self.head_key_of(&entry.record, branch)?;
         for _ in 0..LOCK_TRIES {
-            let (log, stored) = tokio::join!(
-                self.settle_log(&entry.record, branch),
-                self.latest_published(&entry.staging.dir)
-            );
+            let (log, stored) = self
+                .log_and_storage(&entry.record, branch, &entry.staging.dir)
+                .await;
             let (log, stored) = (log?, stored?);
             if !self.follows(&entry.staging, &log, stored)? {
                 return Err(conflict(format!(

@@ -50,7 +50,9 @@ pub struct Head {
     /// took from storage).
     #[serde(default)]
     pub manifest: String,
-    /// The staging manifest it is published from, until it is known to be published.
+    /// The staging manifest it is published from. It stays after publishing (a settler
+    /// that sees storage at or past `version` knows it is published; one that does not
+    /// publishes again, harmlessly, and clears it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staged: Option<String>,
     #[serde(default)]
@@ -289,12 +291,54 @@ impl Catalog {
     /// batch still deciding.
     pub async fn settle_log(&self, record: &TableRecord, branch: Option<&str>) -> Result<LogState> {
         let key = self.head_key_of(record, branch)?;
+        let first = self.read_head(&key, record).await?;
+        self.settle_read(record, branch, first, None).await
+    }
+
+    /// `settle_log` with `other` read beside the head: `seen` tells from its result the
+    /// newest version storage held when it was read (a listing, or a dataset opened at its
+    /// latest version). A head whose version storage already holds needs no publishing, so
+    /// the common case costs one read of the head beside `other` and no write.
+    pub async fn settle_beside<T>(
+        &self,
+        record: &TableRecord,
+        branch: Option<&str>,
+        other: impl std::future::Future<Output = T>,
+        seen: impl FnOnce(&T) -> Option<u64>,
+    ) -> (Result<LogState>, T) {
+        let key = match self.head_key_of(record, branch) {
+            Ok(key) => key,
+            Err(e) => return (Err(e), other.await),
+        };
+        let (first, other) = tokio::join!(self.read_head(&key, record), other);
+        let published = seen(&other);
+        let log = match first {
+            Ok(first) => self.settle_read(record, branch, first, published).await,
+            Err(e) => Err(e),
+        };
+        (log, other)
+    }
+
+    /// Settles the head read as `first`; `published`: the newest version storage was seen
+    /// to hold (a staged note at or below it was published already).
+    async fn settle_read(
+        &self,
+        record: &TableRecord,
+        branch: Option<&str>,
+        first: LogState,
+        published: Option<u64>,
+    ) -> Result<LogState> {
+        let key = self.head_key_of(record, branch)?;
         let dir = super::versions::versions_dir(record, branch)?;
         let mut worked = false;
         let mut published_etag = None;
+        let mut next_read = Some(first);
         // Each round either returns or makes one conditional write that moves the head on.
         loop {
-            let state = self.read_head(&key, record).await?;
+            let state = match next_read.take() {
+                Some(state) => state,
+                None => self.read_head(&key, record).await?,
+            };
             let Some(head) = state.head.clone() else {
                 return Ok(LogState {
                     worked,
@@ -303,7 +347,13 @@ impl Catalog {
                 });
             };
             let mut next = head.clone();
-            if let Some(staged) = &head.staged {
+            // A staged note is kept after publishing (clearing it would cost every commit a
+            // write): storage holding the version shows it published.
+            let unpublished = head
+                .staged
+                .as_ref()
+                .filter(|_| published.is_none_or(|p| p < head.version));
+            if let Some(staged) = unpublished {
                 match self
                     .publish_staged(&dir, &head.manifest, staged, head.version)
                     .await?

@@ -244,6 +244,19 @@ impl Catalog {
         Ok(())
     }
 
+    /// The table's log, settled, and storage's newest version, read side by side.
+    pub(crate) async fn log_and_storage(
+        &self,
+        record: &TableRecord,
+        branch: Option<&str>,
+        dir: &str,
+    ) -> (Result<super::log::LogState>, Result<Option<u64>>) {
+        self.settle_beside(record, branch, self.latest_published(dir), |stored| {
+            stored.as_ref().ok().copied().flatten()
+        })
+        .await
+    }
+
     /// Whether `staging` may commit on top of what the log and storage hold: it follows the
     /// newer of the two, and no batch still deciding holds the table. `Ok(false)`: the
     /// version is already there (the caller compares bytes: a retry, or a rival's).
@@ -299,10 +312,9 @@ impl Catalog {
 
         // The staged manifest, the log and storage's newest version do not depend on each
         // other.
-        let (staged, log, stored) = tokio::join!(
+        let (staged, (log, stored)) = tokio::join!(
             self.store.get(&staging_key),
-            self.settle_log(&record, branch),
-            self.latest_published(&staging.dir)
+            self.log_and_storage(&record, branch, &staging.dir)
         );
         let Some(staged) = staged? else {
             // Gone: the gateway removes a staging manifest once it has published it, so
@@ -342,7 +354,7 @@ impl Catalog {
                     e_tag: self.layout.shares_etags().then_some(etag),
                 };
                 self.record_published(&record, &staging, &committed).await?;
-                self.forget_staged(&record, &staging, None).await;
+                self.forget_staged(&staging).await;
                 return Ok(committed);
             }
             let head = super::log::Head {
@@ -356,10 +368,7 @@ impl Catalog {
                 break etag;
             }
             // A rival moved the head: look again (its version may be the one asked for).
-            let (again, newest) = tokio::join!(
-                self.settle_log(&record, branch),
-                self.latest_published(&staging.dir)
-            );
+            let (again, newest) = self.log_and_storage(&record, branch, &staging.dir).await;
             (log, stored) = (again?, newest?);
         };
 
@@ -388,9 +397,9 @@ impl Catalog {
         };
         self.commit_seen(&record);
         // After the answer, in this order: the receipt (which answers a retry once the
-        // staging manifest is gone; until then the staging manifest does), the head's note
-        // that the version is published (until then, whoever reads the head publishes it
-        // again, harmlessly), and the staging manifest.
+        // staging manifest is gone; until then the staging manifest does), then the staging
+        // manifest. The head keeps its staged note: storage holding the version says it is
+        // published (`settle_beside`), so noting it would only cost the commit a write.
         let catalog = self.clone();
         let (record, staging, done) = (record.clone(), staging.clone(), committed.clone());
         tokio::spawn(async move {
@@ -398,9 +407,7 @@ impl Catalog {
                 tracing::warn!(table = ?record.id, version = done.version, error = %e, "could not write a commit's receipt; its staging manifest is kept");
                 return;
             }
-            catalog
-                .forget_staged(&record, &staging, Some(head_etag))
-                .await;
+            catalog.forget_staged(&staging).await;
         });
         Ok(committed)
     }
@@ -439,27 +446,9 @@ impl Catalog {
             .await
     }
 
-    /// Clears the head's note of a staged manifest (when the head is still the one written
-    /// at `head_etag`, if given) and removes the staged manifest: both only tidy up after a
-    /// version is published.
-    pub(crate) async fn forget_staged(
-        &self,
-        record: &TableRecord,
-        staging: &Staging,
-        head_etag: Option<String>,
-    ) {
-        if let Some(etag) = head_etag
-            && let Ok(key) = self.head_key_of(record, staging.branch.as_deref())
-        {
-            let head = super::log::Head {
-                manifest: staging.manifest.clone(),
-                size: 0,
-                ..Self::new_head(record, staging.version)
-            };
-            if let Err(e) = self.put_head(&key, &head, Some(etag.as_str())).await {
-                tracing::debug!(error = %e, "could not note a version as published");
-            }
-        }
+    /// Removes a published version's staging manifest (tidying only: a settler finds the
+    /// version in storage, and a retry is answered from the receipt).
+    pub(crate) async fn forget_staged(&self, staging: &Staging) {
         let staging_key = format!("{}{}", staging.dir, staging.staged);
         if let Err(e) = self.store.delete(&staging_key, Condition::None).await {
             tracing::warn!(key = %staging_key, error = %e, "could not delete a published staging manifest");

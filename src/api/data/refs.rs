@@ -83,7 +83,10 @@ pub async fn list_versions(
         })
     };
     let (versions, next) = or_empty(
-        after_log(&state, &record, branch.as_deref(), read).await,
+        after_log(&state, &record, branch.as_deref(), read, |(listed, _)| {
+            listed.iter().map(|v| v.version as u64).max()
+        })
+        .await,
         Default::default,
     )?;
     if let Some(newest) = versions.iter().max_by_key(|v| v.version) {
@@ -115,6 +118,7 @@ async fn after_log<T, F, Fut>(
     record: &crate::catalog::records::TableRecord,
     branch: Option<&str>,
     read: F,
+    newest: impl FnOnce(&T) -> Option<u64>,
 ) -> Result<T>
 where
     F: Fn() -> Fut,
@@ -123,7 +127,12 @@ where
     if !state.catalog.managed_versioning() {
         return read().await;
     }
-    let (log, first) = tokio::join!(state.catalog.settle_log(record, branch), read());
+    let (log, first) = state
+        .catalog
+        .settle_beside(record, branch, read(), |first| {
+            first.as_ref().ok().and_then(newest)
+        })
+        .await;
     if log?.worked { read().await } else { first }
 }
 
@@ -176,7 +185,10 @@ pub async fn describe_version(
             Ok(refs::describe_version(&dataset))
         })
     };
-    let version = after_log(&state, &record, branch.as_deref(), read).await?;
+    let version = after_log(&state, &record, branch.as_deref(), read, |v| {
+        Some(v.version as u64)
+    })
+    .await?;
     Ok(Json(DescribeTableVersionResponse {
         version: Box::new(version),
         ..Default::default()
