@@ -320,6 +320,12 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;
     let catalog = Arc::new(catalog);
+    if config.managed_versioning {
+        // The gateway's own commits order against its clients' and batches in the log.
+        datasets.commit_through(Arc::new(crate::catalog::own_commits::OwnCommits::of(
+            catalog.clone(),
+        )));
+    }
     // The first sweep runs at once: a gateway restarted under the same node id settles what
     // its earlier run left unfinished before others would (they wait out the grace period).
     let sweeper = {

@@ -191,7 +191,8 @@ pub async fn describe(
         }
         if detailed && has_data {
             let details = if at_ref {
-                let (datasets, location) = (state.data.clone(), record.location.clone());
+                let (datasets, location) =
+                    (state.data.clone(), crate::data::TableData::of(&record));
                 datasets
                     .runtime()
                     .clone()
@@ -333,7 +334,7 @@ pub async fn exists(
             return Err(missing());
         }
         let at = At::of(Some(version), None)?;
-        let (datasets, location) = (state.data.clone(), record.location.clone());
+        let (datasets, location) = (state.data.clone(), crate::data::TableData::of(&record));
         let found = datasets
             .runtime()
             .clone()

@@ -54,11 +54,16 @@ fn fault_step() -> Option<&'static str> {
     STEP.as_deref()
 }
 
-/// Under fault injection at `step`, waits (for the suite's kill) once the batch reaches it.
+/// Under fault injection at `step`, waits once the batch reaches it: for the suite's kill,
+/// or `LANCE_GATEWAY_FAULT_BATCH_PAUSE_MS` (for a rival to meet the batch there).
 async fn fault(step: &str) {
     if fault_step() == Some(step) {
-        tracing::warn!(step, "fault injection: pausing a batch commit");
-        tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+        let ms = std::env::var("LANCE_GATEWAY_FAULT_BATCH_PAUSE_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(600_000);
+        tracing::warn!(step, ms, "fault injection: pausing a batch commit");
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
 }
 

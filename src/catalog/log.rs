@@ -24,9 +24,10 @@
 //!   `Failed` or `Canceled` (or no record) removes it, `Running` leaves it, and a `Running`
 //!   record past the grace period is first failed (a conditional write, which the batch's own
 //!   commit write races and exactly one wins).
-//! - **Storage stays the truth for versions made around the log** (the gateway's own data
-//!   operations, maintenance, unmanaged writers): the newest version is the newer of the
-//!   head and the storage listing, so nothing committed to `_versions/` is hidden.
+//! - **Storage stays the truth for versions made around the log** (unmanaged writers; the
+//!   gateway's own data operations and maintenance commit through it, `own_commits`): the
+//!   newest version is the newer of the head and the storage listing, so nothing committed
+//!   to `_versions/` is hidden.
 
 use serde::{Deserialize, Serialize};
 

@@ -40,6 +40,7 @@ pub mod maintenance;
 pub mod modes;
 pub mod names;
 pub mod namespaces;
+pub mod own_commits;
 pub mod policy;
 pub mod records;
 pub mod recovery;
@@ -182,6 +183,8 @@ pub struct Catalog {
     commit_listener: std::sync::OnceLock<CommitListener>,
     /// The maintenance policy tables have unless their properties say otherwise.
     maintenance: policy::Policy,
+    /// Whether the data plane commits through the log (`own_commits::OwnCommits`).
+    own_commits: std::sync::atomic::AtomicBool,
 }
 
 /// Called with a table's record each time this gateway commits a version of it.
@@ -212,6 +215,7 @@ impl Catalog {
             watch: commits::Watch::default(),
             commit_listener: std::sync::OnceLock::new(),
             maintenance: settings.maintenance,
+            own_commits: std::sync::atomic::AtomicBool::new(false),
         };
         if !catalog.layout.endpoint_mode() {
             let key = Layout::cell_record("");

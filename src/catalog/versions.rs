@@ -6,8 +6,9 @@
 //! under its final name.
 //!
 //! Managed readers are answered from the log, settled first; storage stays the truth for
-//! versions made around it (the gateway's own data operations, maintenance, unmanaged
-//! writers), so a table can be switched between managed and unmanaged at any time.
+//! versions made around it (unmanaged writers; the gateway's own data operations and
+//! maintenance commit through it, `own_commits`), so a table can be switched between managed
+//! and unmanaged at any time.
 //!
 //! Invariants:
 //! - A version is committed only if it follows the newer of the log's head and storage's

@@ -12,6 +12,7 @@ pub mod index;
 pub mod ipc;
 pub mod json;
 pub mod maintain;
+pub mod managed;
 pub mod read;
 pub mod refs;
 pub mod schema;
@@ -163,15 +164,35 @@ impl DataRuntime {
     }
 }
 
+/// A table's dataset as the data plane opens it: where it is, and which table it is (its
+/// commits go through the catalog's commit log under managed versioning).
+#[derive(Clone, Debug)]
+pub struct TableData {
+    pub location: String,
+    pub id: Vec<String>,
+}
+
+impl TableData {
+    pub fn of(record: &crate::catalog::records::TableRecord) -> Self {
+        TableData {
+            location: record.location.clone(),
+            id: record.id.clone(),
+        }
+    }
+}
+
 /// Opens datasets with the gateway's own access to the warehouse, sharing one Lance session
 /// (its index and metadata caches) across requests.
 pub struct LanceDatasets {
     access: Vendor,
     session: Arc<Session>,
     runtime: DataRuntime,
-    /// Datasets opened before, by location: reopening one only reads its latest manifest
-    /// (its object store, with its connection pool, is kept).
-    handles: std::sync::Mutex<HashMap<String, Dataset>>,
+    /// Datasets opened before, by location, with the table they were opened for (`None`:
+    /// for reading only): reopening one only reads its latest manifest (its object store,
+    /// with its connection pool, is kept).
+    handles: std::sync::Mutex<HashMap<String, (Option<Vec<String>>, Dataset)>>,
+    /// Under managed versioning, the commit log every commit of a table goes through.
+    log: std::sync::OnceLock<Arc<dyn crate::catalog::own_commits::VersionLog>>,
 }
 
 /// How many datasets stay open at once.
@@ -186,7 +207,24 @@ impl LanceDatasets {
             session: Arc::new(Session::default()),
             runtime: DataRuntime::current(),
             handles: std::sync::Mutex::new(HashMap::new()),
+            log: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Commits of every table from now on go through `log` (managed versioning; set once,
+    /// at start, before any dataset is opened for writing).
+    pub fn commit_through(&self, log: Arc<dyn crate::catalog::own_commits::VersionLog>) {
+        let _ = self.log.set(log);
+    }
+
+    /// The commit handler of `table`'s commits: through the log under managed versioning,
+    /// Lance's own otherwise.
+    pub fn commit_handler(
+        &self,
+        table: &TableData,
+    ) -> Option<Arc<dyn lance_table::io::commit::CommitHandler>> {
+        let log = self.log.get()?;
+        Some(managed::commit_handler(log.clone(), table.id.clone()))
     }
 
     pub fn with_runtime(mut self, runtime: DataRuntime) -> Self {
@@ -218,9 +256,10 @@ impl LanceDatasets {
 
     /// The dataset at `location`, as of `at`. Every call sees the newest committed version
     /// (or the one `at` names): a handle opened before is brought up to date, not trusted.
-    pub async fn open(&self, location: &str, at: &At) -> Result<Dataset> {
+    pub async fn open(&self, table: &TableData, at: &At) -> Result<Dataset> {
+        let location = table.location.as_str();
         let latest = self
-            .latest(location)
+            .latest(location, Some(table))
             .await
             .map_err(|e| self.load_error(e, location, at))?;
         let dataset = match (&at.tag, &at.branch, at.version) {
@@ -235,13 +274,18 @@ impl LanceDatasets {
         dataset.map_err(|e| self.load_error(e, location, at))
     }
 
-    /// The newest version at `location`, from a kept handle when there is one.
-    async fn latest(&self, location: &str) -> lance::Result<Dataset> {
-        let kept = self
-            .handles
-            .lock()
-            .ok()
-            .and_then(|h| h.get(location).cloned());
+    /// The newest version at `location`, from a kept handle when there is one. A handle
+    /// for committing (`table`) commits as that table; one for reading only (`None`) may be
+    /// any.
+    async fn latest(&self, location: &str, table: Option<&TableData>) -> lance::Result<Dataset> {
+        let wanted = table
+            .map(|t| t.id.clone())
+            .filter(|_| self.log.get().is_some());
+        let kept = self.handles.lock().ok().and_then(|h| {
+            h.get(location)
+                .filter(|(id, _)| wanted.is_none() || *id == wanted)
+                .map(|(_, dataset)| dataset.clone())
+        });
         if let Some(mut dataset) = kept {
             match dataset.checkout_latest().await {
                 Ok(()) => return Ok(dataset),
@@ -253,16 +297,18 @@ impl LanceDatasets {
             .options()
             .await
             .map_err(|e| lance::Error::invalid_input(e.to_string()))?;
-        let dataset = DatasetBuilder::from_uri(location)
+        let mut builder = DatasetBuilder::from_uri(location)
             .with_storage_options(options)
-            .with_session(self.session.clone())
-            .load()
-            .await?;
+            .with_session(self.session.clone());
+        if let Some(handler) = table.and_then(|t| self.commit_handler(t)) {
+            builder = builder.with_commit_handler(handler);
+        }
+        let dataset = builder.load().await?;
         if let Ok(mut handles) = self.handles.lock() {
             if handles.len() >= OPEN_HANDLES {
                 handles.clear();
             }
-            handles.insert(location.to_string(), dataset.clone());
+            handles.insert(location.to_string(), (wanted, dataset.clone()));
         }
         Ok(dataset)
     }
@@ -314,7 +360,7 @@ impl LanceDatasets {
 #[async_trait]
 impl DatasetReader for LanceDatasets {
     async fn describe(&self, location: &str) -> Result<DatasetDetails> {
-        let dataset = self.latest(location).await.map_err(|e| {
+        let dataset = self.latest(location, None).await.map_err(|e| {
             Error::unavailable(format!("could not open the dataset at '{location}'"))
                 .with_detail(e.to_string())
         })?;

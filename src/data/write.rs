@@ -12,7 +12,7 @@ use lance::dataset::{
 };
 
 use super::ipc::{Arriving, GATHER_BYTES, Rows, Upload};
-use super::{At, LanceDatasets, lance_error};
+use super::{At, LanceDatasets, TableData, lance_error};
 use crate::error::{Code, Error, Result};
 
 /// What a write made.
@@ -24,11 +24,11 @@ pub struct Written {
     pub deleted: u64,
 }
 
-/// Writes `upload` as a new dataset at `location` (a zero-batch upload makes an empty table
+/// Writes `upload` as a new dataset at the table's location (a zero-batch upload makes an empty table
 /// with its schema). With `overwrite`, an existing dataset there gets a new version.
 pub async fn create(
     datasets: &LanceDatasets,
-    location: &str,
+    table: &TableData,
     upload: Upload,
     overwrite: bool,
 ) -> Result<Written> {
@@ -40,9 +40,10 @@ pub async fn create(
         },
         store_params: Some(datasets.store_params().await?),
         session: Some(datasets.session()),
+        commit_handler: datasets.commit_handler(table),
         ..Default::default()
     };
-    write_into(location, &params, upload.into()).await
+    write_into(table.location.as_str(), &params, upload.into()).await
 }
 
 /// Writes `upload` to `dest` as one commit; answers the version made and the rows written.
@@ -65,24 +66,24 @@ async fn write_into<'a>(
 }
 
 /// Appends `upload` to (or, with `overwrite`, replaces the rows of) the dataset at
-/// `location`: gathered whole first, or, past `GATHER_BYTES`, written as the rest arrives.
+/// the table: gathered whole first, or, past `GATHER_BYTES`, written as the rest arrives.
 /// A table that holds no data yet is created by it (from the whole upload, so that a rival's
 /// first write can be followed).
 pub async fn insert(
     datasets: &LanceDatasets,
-    location: &str,
+    table: &TableData,
     at: &At,
     upload: Arriving,
     overwrite: bool,
 ) -> Result<Written> {
-    let (dataset, rows): (_, Rows) = match open_or_first(datasets, location, at).await? {
+    let (dataset, rows): (_, Rows) = match open_or_first(datasets, table, at).await? {
         Some(dataset) => (Arc::new(dataset), upload.rows(GATHER_BYTES).await?),
         None => {
             let whole = upload.gather().await?;
-            match create(datasets, location, whole.clone(), false).await {
+            match create(datasets, table, whole.clone(), false).await {
                 // A rival's first write got there first: append after it.
                 Err(e) if e.code == Code::TableAlreadyExists => {
-                    (Arc::new(datasets.open(location, at).await?), whole.into())
+                    (Arc::new(datasets.open(table, at).await?), whole.into())
                 }
                 done => return done,
             }
@@ -104,10 +105,10 @@ pub async fn insert(
 /// it, which only the main branch may).
 async fn open_or_first(
     datasets: &LanceDatasets,
-    location: &str,
+    table: &TableData,
     at: &At,
 ) -> Result<Option<Dataset>> {
-    match datasets.open(location, at).await {
+    match datasets.open(table, at).await {
         Ok(dataset) => Ok(Some(dataset)),
         Err(e) if e.code == Code::InvalidTableState => {
             if at.branch.is_some() {
@@ -164,7 +165,7 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
 /// from the upload (every row is then "not matched").
 pub async fn merge_insert(
     datasets: &LanceDatasets,
-    location: &str,
+    table: &TableData,
     at: &At,
     upload: Upload,
     options: MergeOptions,
@@ -174,13 +175,13 @@ pub async fn merge_insert(
             "merge_insert needs at least one `on` key column",
         ));
     }
-    let Some(dataset) = open_or_first(datasets, location, at).await? else {
+    let Some(dataset) = open_or_first(datasets, table, at).await? else {
         if !options.when_not_matched_insert_all {
             return Err(Error::invalid(
                 "the table holds no data yet and when_not_matched_insert_all is false: nothing would be written",
             ));
         }
-        return create(datasets, location, upload, false).await;
+        return create(datasets, table, upload, false).await;
     };
     let dataset = Arc::new(dataset);
     for key in &options.on {
@@ -238,7 +239,7 @@ pub async fn merge_insert(
 /// Sets columns to SQL expressions on the rows matching `predicate` (all rows without one).
 pub async fn update(
     datasets: &LanceDatasets,
-    location: &str,
+    table: &TableData,
     at: &At,
     updates: &[(String, String)],
     predicate: Option<&str>,
@@ -248,7 +249,7 @@ pub async fn update(
             "update needs at least one [column, expression] pair",
         ));
     }
-    let dataset = Arc::new(datasets.open(location, at).await?);
+    let dataset = Arc::new(datasets.open(table, at).await?);
     let mut builder = UpdateBuilder::new(dataset);
     if let Some(predicate) = predicate.filter(|p| !p.trim().is_empty()) {
         builder = builder.update_where(predicate).map_err(lance_error)?;
@@ -272,7 +273,7 @@ pub async fn update(
 /// Deletes the rows matching `predicate`.
 pub async fn delete(
     datasets: &LanceDatasets,
-    location: &str,
+    table: &TableData,
     at: &At,
     predicate: &str,
 ) -> Result<Written> {
@@ -281,7 +282,7 @@ pub async fn delete(
             "delete needs a predicate (use 'true' to delete every row)",
         ));
     }
-    let mut dataset: Dataset = datasets.open(location, at).await?;
+    let mut dataset: Dataset = datasets.open(table, at).await?;
     let result = dataset.delete(predicate).await.map_err(lance_error)?;
     Ok(Written {
         version: result.new_dataset.version().version,

@@ -405,7 +405,7 @@ impl Maintainer {
         }
         let (datasets, location, policy) = (
             self.datasets.clone(),
-            record.location.clone(),
+            crate::data::TableData::of(&record),
             policy.clone(),
         );
         let measured = self
@@ -435,7 +435,7 @@ impl Maintainer {
             Task::Cleanup => {
                 let (datasets, location, policy) = (
                     self.datasets.clone(),
-                    record.location.clone(),
+                    crate::data::TableData::of(&record),
                     policy.clone(),
                 );
                 let stats = self
@@ -471,7 +471,7 @@ impl Maintainer {
         let started = Instant::now();
         let (datasets, location, policy) = (
             self.datasets.clone(),
-            record.location.clone(),
+            crate::data::TableData::of(&record),
             policy.clone(),
         );
         let (catalog, runtime) = (self.catalog.clone(), self.datasets.runtime().clone());
@@ -816,7 +816,7 @@ pub async fn committed(
         // removed some of what it meant to, which the next run finishes).
         return Ok(false);
     }
-    let (datasets_for_work, location) = (datasets.clone(), record.location.clone());
+    let (datasets_for_work, location) = (datasets.clone(), crate::data::TableData::of(&record));
     datasets
         .runtime()
         .run(async move {

@@ -340,6 +340,48 @@ def test_a_gateway_killed_at_each_step_of_a_batch(managed, step):
         assert survivor.stop() == 0
 
 
+def test_the_gateways_own_writes_order_against_a_batch_through_the_log(managed):
+    """A REST insert (the gateway's own Lance commit) to a table a batch has locked waits
+    for the batch: it commits after it, on the next version, and neither loses rows. Before
+    the gateway's own commits went through the log, the insert took the batch's version in
+    storage while the batch answered success, and the batch's rows were lost in that table."""
+    ids = tables(managed, 2)
+    key = {"x-api-key": managed["keys"]["app"]}
+    slow = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": "locked",
+                                  "LANCE_GATEWAY_FAULT_BATCH_PAUSE_MS": "3000"})
+    try:
+        thread, outcome = batch_in_thread(slow, managed, ids, 900)
+        deadline = time.time() + 60
+        while "fault injection: pausing a batch commit" not in open(slow.log).read():
+            assert time.time() < deadline, open(slow.log).read()[-3000:]
+            time.sleep(0.05)
+        status, body, _ = call(managed["gw"].uri, "POST", f"/v1/table/{enc(ids[0])}/insert",
+                               ipc_stream(data(4, start=950)),
+                               {**key, "content-type": "application/vnd.apache.arrow.stream"})
+        thread.join(timeout=60)
+        assert status == 200, (body, open(managed["gw"].log).read()[-4000:])
+        assert outcome and outcome[0][0] == "committed", outcome
+        assert outcome[0][1] == {tuple(t): 2 for t in ids}
+        assert body["version"] == 3, body
+        assert versions_seen(managed, managed["gw"], ids) == [3, 2]
+        assert rows_of(managed, managed["gw"], ids, 900) == [3, 3]
+        ns = namespace(managed, "viewer")
+        first = lance.dataset(namespace_client=ns, table_id=ids[0])
+        assert first.count_rows("id >= 950 AND id < 954") == 4 and first.count_rows() == 17
+        fsck_clean(managed)
+    finally:
+        assert slow.stop() == 0
+
+
+def ipc_stream(table) -> bytes:
+    import io
+    import pyarrow as pa
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
 def test_gateways_killed_at_random_moments_leave_every_batch_whole(managed):
     """A batch after batch through a gateway killed a random moment after it starts: after
     each, the other gateway sees the batch in every table or in none."""

@@ -112,7 +112,7 @@ async fn build_index(
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| format!("{}_idx", req.column.trim()));
     let fts = index::fts_params(&body.raw)?;
-    let (datasets, location) = (state.data.clone(), record.location.clone());
+    let (datasets, location) = (state.data.clone(), crate::data::TableData::of(&record));
     let catalog = state.catalog.clone();
     let runtime = state.data.runtime().clone();
     let work = move |_: &str| {

@@ -91,7 +91,7 @@ where
     Fut: std::future::Future<Output = Result<T>> + Send + 'static,
     T: Send + 'static,
 {
-    let location = record.location.clone();
+    let location = crate::data::TableData::of(&record);
     on_data(state, move |datasets| async move {
         let dataset = datasets.open(&location, &at).await?;
         work(dataset).await

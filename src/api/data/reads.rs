@@ -225,7 +225,7 @@ pub async fn stats(
         }
         return Ok(Json(read::empty_stats()));
     }
-    let location = record.location.clone();
+    let location = crate::data::TableData::of(&record);
     let stats = on_data(&state, move |datasets| async move {
         let dataset = datasets.open(&location, &at).await?;
         read::stats(Arc::new(dataset)).await

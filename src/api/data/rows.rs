@@ -122,7 +122,7 @@ async fn create_table(
                     state
                         .catalog
                         .may_change_table(&ctx, &id, Level::Admin, "overwriting")?;
-                    let location = record.location.clone();
+                    let location = crate::data::TableData::of(&record);
                     let written = on_data(&state, move |datasets| async move {
                         write::create(&datasets, &location, upload, true).await
                     })
@@ -138,7 +138,7 @@ async fn create_table(
             .catalog
             .declare_table(&ctx, &id, None, properties)
             .await?;
-        let location = record.location.clone();
+        let location = crate::data::TableData::of(&record);
         let written = on_data(&state, move |datasets| async move {
             write::create(&datasets, &location, upload, false).await
         })
@@ -197,7 +197,7 @@ pub async fn insert(
     let record = table(&state, &ctx, &target, Level::Write, "inserting").await?;
     let at = At::of(None, q.branch.as_deref())?;
     let (upload, feed) = ipc::stream_upload(body, state.data_limits.max_arrow_body_bytes).await?;
-    let location = record.location.clone();
+    let location = crate::data::TableData::of(&record);
     let branch = at.branch.clone();
     let write = on_data(&state, move |datasets| async move {
         write::insert(&datasets, &location, &at, upload, overwrite).await
@@ -297,7 +297,7 @@ pub async fn merge_insert(
     let record = table(&state, &ctx, &target, Level::Write, "merge-inserting").await?;
     let upload = ipc::read_upload(body, state.data_limits.max_arrow_body_bytes).await?;
     let at = At::of(None, branch.as_deref())?;
-    let location = record.location.clone();
+    let location = crate::data::TableData::of(&record);
     let on_branch = at.branch.clone();
     let written: Written = on_data(&state, move |datasets| async move {
         write::merge_insert(&datasets, &location, &at, upload, options).await
@@ -347,7 +347,7 @@ pub async fn update(
     }
     let record = table(&state, &ctx, &target, Level::Write, "updating").await?;
     let at = At::of(None, req.branch.as_deref())?;
-    let location = record.location.clone();
+    let location = crate::data::TableData::of(&record);
     let predicate = req.predicate;
     let branch = at.branch.clone();
     let written = on_data(&state, move |datasets| async move {
@@ -406,7 +406,7 @@ pub async fn delete(
         .ok_or_else(|| Error::invalid("delete needs a predicate"))?;
     let record = table(&state, &ctx, &target, Level::Write, "deleting rows").await?;
     let at = At::of(None, req.branch.as_deref())?;
-    let location = record.location.clone();
+    let location = crate::data::TableData::of(&record);
     let branch = at.branch.clone();
     let written = on_data(&state, move |datasets| async move {
         write::delete(&datasets, &location, &at, &predicate).await
