@@ -91,6 +91,7 @@ async fn rules(store: Arc<dyn Store>, warehouse: Warehouse) {
     a.create_namespace(&ctx, &ns, CreateMode::Create, HashMap::new())
         .await
         .unwrap();
+    single_commits(&a, &b, &store, &ns).await;
     let mut tables = Vec::new();
     for name in ["docs", "emb", "dims"] {
         let id = [ns.clone(), vec![name.to_string()]].concat();
@@ -231,6 +232,71 @@ async fn rules(store: Arc<dyn Store>, warehouse: Warehouse) {
     let failed = b.describe_transaction(&ctx, &dead.record.id).await.unwrap();
     assert_eq!(failed.status, TxStatus::Failed);
     assert!(store.get(&final_key(t2, 4)).await.unwrap().is_none());
+}
+
+/// A single-table commit through the log, and the head it leaves: nothing writes the head
+/// after the answer (its staging note stays), a settler that sees storage holding the
+/// version has nothing to do, and one that finds a committed version unpublished (its
+/// gateway died after the commit point) publishes it before anyone is answered.
+async fn single_commits(a: &Arc<Catalog>, b: &Arc<Catalog>, store: &Arc<dyn Store>, ns: &[String]) {
+    let ctx = Ctx::internal();
+    let id = [ns.to_vec(), vec!["solo".to_string()]].concat();
+    let t = a
+        .declare_table(&ctx, &id, None, HashMap::new())
+        .await
+        .unwrap();
+    store
+        .put(&final_key(&t, 1), Bytes::from("solo@1"), Condition::None)
+        .await
+        .unwrap();
+    let req = stage(a, store, &t, 2, "solo@2").await;
+    assert_eq!(
+        a.create_table_version(&ctx, &id, req)
+            .await
+            .unwrap()
+            .version,
+        2
+    );
+    assert_eq!(body_at(store, &final_key(&t, 2)).await.unwrap(), "solo@2");
+    let head_key = Layout::head_key("", &t.data_key, None);
+    let answered = store.get(&head_key).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = store.get(&head_key).await.unwrap().unwrap();
+    assert_eq!(
+        answered.etag, later.etag,
+        "the head was written after the answer"
+    );
+    let head: Head = serde_json::from_slice(&later.body).unwrap();
+    assert_eq!((head.version, head.staged.is_some()), (2, true));
+
+    let (log, _) = b
+        .settle_beside(&t, None, async { Some(2u64) }, |v| *v)
+        .await;
+    assert!(!log.unwrap().worked);
+    let settled = store.get(&head_key).await.unwrap().unwrap();
+    assert_eq!(
+        settled.etag, later.etag,
+        "a settler wrote a head it had nothing to do for"
+    );
+
+    // Version 3 committed in the log, its gateway gone before publishing it.
+    let staged = stage(a, store, &t, 3, "solo@3").await;
+    let died = Head {
+        manifest: NamingScheme::V2.file_name(3),
+        staged: Some(staged.manifest_path.rsplit('/').next().unwrap().to_string()),
+        size: 6,
+        ..Head::new(&t.uid, 3)
+    };
+    store
+        .put(&head_key, encode(&died), Condition::IfMatch(settled.etag))
+        .await
+        .unwrap();
+    let (log, _) = b
+        .settle_beside(&t, None, async { Some(2u64) }, |v| *v)
+        .await;
+    assert!(log.unwrap().worked);
+    assert_eq!(body_at(store, &final_key(&t, 3)).await.unwrap(), "solo@3");
+    assert_eq!(visible(b, store, &t).await, 3);
 }
 
 /// Writes a batch's lock on `t`'s head for `version`, staging `body`, as a gateway that then
