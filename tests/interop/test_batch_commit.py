@@ -296,6 +296,14 @@ def batch_in_thread(gw, managed, ids, start: int):
     return thread, outcome
 
 
+def paused_at_fault(gw):
+    """Waits until `gw`'s batch has stopped at its fault-injection step."""
+    deadline = time.time() + 60
+    while "fault injection: pausing a batch commit" not in open(gw.log).read():
+        assert time.time() < deadline, open(gw.log).read()[-3000:]
+        time.sleep(0.05)
+
+
 def rows_of(managed, gw, ids, marker: int) -> list[int]:
     """How many rows of the batch marked `marker` each table holds, as managed readers see it."""
     ns = RestNamespace(uri=gw.uri, **{"headers.x-api-key": managed["keys"]["app"]})
@@ -314,10 +322,7 @@ def test_a_gateway_killed_at_each_step_of_a_batch(managed, step):
     doomed = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": step})
     try:
         thread, outcome = batch_in_thread(doomed, managed, ids, 700)
-        deadline = time.time() + 60
-        while "fault injection: pausing a batch commit" not in open(doomed.log).read():
-            assert time.time() < deadline, open(doomed.log).read()[-3000:]
-            time.sleep(0.05)
+        paused_at_fault(doomed)
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait()
         thread.join(timeout=60)
@@ -352,10 +357,7 @@ def test_the_gateways_own_writes_order_against_a_batch_through_the_log(managed):
                                   "LANCE_GATEWAY_FAULT_BATCH_PAUSE_MS": "3000"})
     try:
         thread, outcome = batch_in_thread(slow, managed, ids, 900)
-        deadline = time.time() + 60
-        while "fault injection: pausing a batch commit" not in open(slow.log).read():
-            assert time.time() < deadline, open(slow.log).read()[-3000:]
-            time.sleep(0.05)
+        paused_at_fault(slow)
         status, body, _ = call(managed["gw"].uri, "POST", f"/v1/table/{enc(ids[0])}/insert",
                                ipc_stream(data(4, start=950)),
                                {**key, "content-type": "application/vnd.apache.arrow.stream"})
