@@ -31,6 +31,7 @@ use crate::store::Store;
 use crate::store::fs::FsStore;
 use crate::store::metered::Metered;
 use crate::store::s3::{S3Root, S3Store};
+use crate::store::s3_reads::S3Access;
 use crate::telemetry;
 use crate::tls::Tls;
 use crate::vend::Vendor;
@@ -147,6 +148,12 @@ pub async fn build_parts(config: &Config, writes: bool) -> Result<Parts, String>
                 }
                 None => vendor(config.credentials)?,
             };
+            let reads = S3Access {
+                endpoint: endpoint.clone(),
+                region: region.clone(),
+                path_style: s3.path_style,
+                credentials: own_keys.clone(),
+            };
             let own_access = match own_keys {
                 Some(keys) => Vendor::s3(
                     endpoint.as_deref(),
@@ -167,7 +174,7 @@ pub async fn build_parts(config: &Config, writes: bool) -> Result<Parts, String>
             }
             .map_err(|e| e.message)?;
             Ok(Parts {
-                store: Arc::new(S3Store::new(client, root)),
+                store: Arc::new(S3Store::new(client, root).reading_through(reads)),
                 layout: Layout::new(warehouse),
                 client_vendor,
                 own_access,

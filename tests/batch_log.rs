@@ -21,7 +21,7 @@ use lance_gateway::catalog::{Catalog, CreateMode};
 use lance_gateway::error::Code;
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
-use lance_gateway::store::s3::{S3Root, S3Store};
+use lance_gateway::store::s3::S3Root;
 use lance_gateway::store::{Condition, Store};
 
 const GRACE: Duration = Duration::from_secs(2);
@@ -366,5 +366,5 @@ async fn batches_on_s3() {
         bucket,
         prefix: String::new(),
     };
-    rules(Arc::new(S3Store::new(client, root)), warehouse).await;
+    rules(Arc::new(common::s3_store(&env, client, root)), warehouse).await;
 }

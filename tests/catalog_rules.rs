@@ -15,7 +15,7 @@ use lance_gateway::error::Code;
 use lance_gateway::store::Store;
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
-use lance_gateway::store::s3::{S3Root, S3Store};
+use lance_gateway::store::s3::S3Root;
 
 fn id(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| s.to_string()).collect()
@@ -684,7 +684,8 @@ async fn rules_on_s3_bucket_prefix() {
     let env = common::s3_env();
     let client = common::s3_client(&env).await;
     let bucket = common::fresh_bucket(&client, "rules").await;
-    let store = S3Store::new(
+    let store = common::s3_store(
+        &env,
         client,
         S3Root::Bucket {
             bucket: bucket.clone(),
@@ -708,7 +709,7 @@ async fn rules_on_s3_endpoint_mode() {
     let env = common::s3_env();
     let client = common::s3_client(&env).await;
     let cat = open(
-        Arc::new(S3Store::new(client.clone(), S3Root::Endpoint)),
+        Arc::new(common::s3_store(&env, client.clone(), S3Root::Endpoint)),
         Warehouse::S3Endpoint,
         Duration::from_secs(10),
     )

@@ -22,7 +22,7 @@ use lance_gateway::catalog::{Catalog, CreateMode, DropBehavior, DropMode, recove
 use lance_gateway::error::{Code, Result};
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
-use lance_gateway::store::s3::{S3Root, S3Store};
+use lance_gateway::store::s3::S3Root;
 use lance_gateway::store::{Condition, Store};
 use serde_json::{Value, json};
 
@@ -73,7 +73,8 @@ async fn world(kind: Kind) -> World {
             let env = common::s3_env();
             let client = common::s3_client(&env).await;
             let bucket = common::fresh_bucket(&client, "crash").await;
-            let store = S3Store::new(
+            let store = common::s3_store(
+                &env,
                 client,
                 S3Root::Bucket {
                     bucket: bucket.clone(),
@@ -95,7 +96,7 @@ async fn world(kind: Kind) -> World {
             let client = common::s3_client(&env).await;
             let bucket = format!("lg-cs-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
             (
-                Arc::new(S3Store::new(client, S3Root::Endpoint)),
+                Arc::new(common::s3_store(&env, client, S3Root::Endpoint)),
                 Warehouse::S3Endpoint,
                 vec![bucket],
                 None,

@@ -18,7 +18,7 @@ use lance_gateway::error::Code;
 use lance_gateway::store::Store;
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
-use lance_gateway::store::s3::{S3Root, S3Store};
+use lance_gateway::store::s3::S3Root;
 
 const GRACE: Duration = Duration::from_secs(2);
 
@@ -223,7 +223,7 @@ async fn leases_and_policy_on_s3() {
         bucket,
         prefix: "wh/".into(),
     };
-    let store: Arc<dyn Store> = Arc::new(S3Store::new(client, root));
+    let store: Arc<dyn Store> = Arc::new(common::s3_store(&env, client, root));
     lease_rules(store.clone(), warehouse.clone()).await;
     policy_rules(store, warehouse, vec![]).await;
 }

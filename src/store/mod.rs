@@ -11,6 +11,7 @@ pub mod fs;
 pub mod memory;
 pub mod metered;
 pub mod s3;
+pub mod s3_reads;
 
 use async_trait::async_trait;
 use bytes::Bytes;

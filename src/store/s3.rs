@@ -13,6 +13,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use bytes::Bytes;
 
+use super::s3_reads::{Reader, S3Access};
 use super::{Condition, Object, Page, Store, StoreError, StoreResult};
 
 /// Where this store keeps its objects.
@@ -27,11 +28,24 @@ pub enum S3Root {
 pub struct S3Store {
     client: Client,
     root: S3Root,
+    /// Single-object reads, when set (see `s3_reads`); else the SDK reads too.
+    reader: Option<Reader>,
 }
 
 impl S3Store {
     pub fn new(client: Client, root: S3Root) -> Self {
-        S3Store { client, root }
+        S3Store {
+            client,
+            root,
+            reader: None,
+        }
+    }
+
+    /// Reads single objects through `object_store` (see `s3_reads`), reaching the store as
+    /// `access` says: the same endpoint, region, addressing and keys as `client`.
+    pub fn reading_through(mut self, access: S3Access) -> Self {
+        self.reader = Some(Reader::new(access));
+        self
     }
 
     /// Splits a store key into (bucket, object key).
@@ -82,6 +96,12 @@ fn code_of<E: aws_sdk_s3::error::ProvideErrorMetadata, R>(err: &SdkError<E, R>) 
 impl Store for S3Store {
     async fn get(&self, key: &str) -> StoreResult<Option<Object>> {
         let (bucket, key) = self.locate(key)?;
+        if let Some(read) = match &self.reader {
+            Some(reader) => reader.get(&bucket, &key).await,
+            None => None,
+        } {
+            return read;
+        }
         match self
             .client
             .get_object()

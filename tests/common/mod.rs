@@ -49,6 +49,31 @@ pub async fn s3_client(env: &S3Env) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(conf)
 }
 
+/// The S3 store as the gateway builds it: the SDK client, and single-object reads through
+/// `object_store` to the same server with the same keys.
+pub fn s3_store(
+    env: &S3Env,
+    client: aws_sdk_s3::Client,
+    root: lance_gateway::store::s3::S3Root,
+) -> lance_gateway::store::s3::S3Store {
+    lance_gateway::store::s3::S3Store::new(client, root).reading_through(
+        lance_gateway::store::s3_reads::S3Access {
+            endpoint: Some(env.endpoint.clone()),
+            region: "us-east-1".into(),
+            path_style: true,
+            credentials: Some(
+                aws_credential_types::provider::SharedCredentialsProvider::new(Credentials::new(
+                    &env.access_key,
+                    &env.secret_key,
+                    None,
+                    None,
+                    "test",
+                )),
+            ),
+        },
+    )
+}
+
 /// A fresh bucket for one test.
 pub async fn fresh_bucket(client: &aws_sdk_s3::Client, tag: &str) -> String {
     let name = format!(
