@@ -74,7 +74,8 @@ impl Reader {
                 retry_timeout: Duration::from_secs(10),
             });
         if let Some(endpoint) = &self.access.endpoint {
-            builder = builder.with_endpoint(self.bucket_endpoint(endpoint, bucket)?);
+            builder =
+                builder.with_endpoint(bucket_endpoint(endpoint, bucket, self.access.path_style)?);
         }
         builder = match &self.credentials {
             Some(c) => builder.with_credentials(c.clone()),
@@ -90,19 +91,6 @@ impl Reader {
             .expect("not poisoned")
             .insert(bucket.to_string(), client.clone());
         Ok(client)
-    }
-
-    /// `object_store` takes, with virtual-hosted addressing, the bucket's own endpoint.
-    fn bucket_endpoint(&self, endpoint: &str, bucket: &str) -> StoreResult<String> {
-        if self.access.path_style {
-            return Ok(endpoint.to_string());
-        }
-        let mut url = url::Url::parse(endpoint)
-            .map_err(|e| StoreError::Other(format!("S3 endpoint '{endpoint}': {e}")))?;
-        let host = url.host_str().unwrap_or_default().to_string();
-        url.set_host(Some(&format!("{bucket}.{host}")))
-            .map_err(|e| StoreError::Other(format!("S3 endpoint '{endpoint}': {e}")))?;
-        Ok(url.as_str().trim_end_matches('/').to_string())
     }
 
     /// The object at `key` of `bucket`. `None` when `object_store` cannot name the key as it is
@@ -135,6 +123,20 @@ impl Reader {
             ))),
         })
     }
+}
+
+/// The endpoint `object_store` is given for `bucket`: with virtual-hosted addressing, the
+/// bucket's own host.
+fn bucket_endpoint(endpoint: &str, bucket: &str, path_style: bool) -> StoreResult<String> {
+    if path_style {
+        return Ok(endpoint.to_string());
+    }
+    let bad = |e: url::ParseError| StoreError::Other(format!("S3 endpoint '{endpoint}': {e}"));
+    let mut url = url::Url::parse(endpoint).map_err(bad)?;
+    let host = url.host_str().unwrap_or_default().to_string();
+    url.set_host(Some(&format!("{bucket}.{host}")))
+        .map_err(bad)?;
+    Ok(url.as_str().trim_end_matches('/').to_string())
 }
 
 /// The SDK's credential chain, seen by `object_store`: resolved once, then again when the keys
@@ -180,5 +182,25 @@ impl CredentialProvider for SdkCredentials {
         });
         *self.current.write().expect("not poisoned") = Some((keys.clone(), resolved.expiry()));
         Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bucket_endpoint;
+
+    #[test]
+    fn virtual_hosted_endpoints_name_the_bucket_in_the_host() {
+        let at = |e, style| bucket_endpoint(e, "b1", style).unwrap();
+        assert_eq!(at("http://127.0.0.1:8333", true), "http://127.0.0.1:8333");
+        assert_eq!(
+            at("https://s3.example.com", false),
+            "https://b1.s3.example.com"
+        );
+        assert_eq!(
+            at("https://s3.example.com:9000/", false),
+            "https://b1.s3.example.com:9000"
+        );
+        assert!(bucket_endpoint("not a url", "b1", false).is_err());
     }
 }
