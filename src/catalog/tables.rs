@@ -36,12 +36,14 @@ impl Catalog {
     }
 
     /// The error for a table that is not there: NamespaceNotFound when its namespace is
-    /// missing too, TableNotFound otherwise.
+    /// missing too, TableNotFound when it is there, and the store's own error when the
+    /// namespace could not be read (a 404 then would claim what no read showed).
     async fn table_missing(&self, id: &[String]) -> Error {
         let parent = &id[..id.len() - 1];
         match self.find_namespace(parent).await {
             Ok(None) => Error::namespace_not_found(&self.show(parent)),
-            _ => Error::table_not_found(&self.show(id)),
+            Ok(Some(_)) => Error::table_not_found(&self.show(id)),
+            Err(e) => e,
         }
     }
 

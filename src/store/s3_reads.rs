@@ -37,6 +37,9 @@ pub struct S3Access {
     pub credentials: Option<SharedCredentialsProvider>,
 }
 
+/// The most per-bucket clients kept at once.
+const MAX_BUCKETS: usize = 256;
+
 /// GETs of single objects, one `object_store` client per bucket.
 pub struct Reader {
     access: S3Access,
@@ -86,10 +89,13 @@ impl Reader {
                 .build()
                 .map_err(|e| StoreError::Other(format!("S3 reader for '{bucket}': {e}")))?,
         );
-        self.buckets
-            .write()
-            .expect("not poisoned")
-            .insert(bucket.to_string(), client.clone());
+        let mut buckets = self.buckets.write().expect("not poisoned");
+        // Bucket names come from requests (endpoint mode): the map is kept small whatever
+        // names callers send, and a missing bucket's client is dropped (in `get`).
+        if buckets.len() >= MAX_BUCKETS {
+            buckets.clear();
+        }
+        buckets.insert(bucket.to_string(), client.clone());
         Ok(client)
     }
 
@@ -113,6 +119,7 @@ impl Reader {
             Err(object_store::Error::NotFound { source, .. }) => {
                 // The body of a 404 names its S3 error code.
                 if source.to_string().contains("<Code>NoSuchBucket</Code>") {
+                    self.buckets.write().expect("not poisoned").remove(bucket);
                     Err(StoreError::NoSuchBucket(bucket.to_string()))
                 } else {
                     Ok(None)
@@ -187,7 +194,27 @@ impl CredentialProvider for SdkCredentials {
 
 #[cfg(test)]
 mod tests {
-    use super::bucket_endpoint;
+    use super::{MAX_BUCKETS, Reader, S3Access, bucket_endpoint};
+
+    #[test]
+    fn the_clients_kept_stay_few_whatever_bucket_names_requests_bring() {
+        let reader = Reader::new(S3Access {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            region: "us-east-1".into(),
+            path_style: true,
+            credentials: None,
+        });
+        for i in 0..3 * MAX_BUCKETS {
+            reader.client(&format!("made-up-{i}")).unwrap();
+            assert!(reader.buckets.read().unwrap().len() <= MAX_BUCKETS);
+        }
+        // A bucket read again is served by the client kept for it.
+        let (a, b) = (
+            reader.client("kept").unwrap(),
+            reader.client("kept").unwrap(),
+        );
+        assert!(std::sync::Arc::ptr_eq(&a, &b));
+    }
 
     #[test]
     fn virtual_hosted_endpoints_name_the_bucket_in_the_host() {
