@@ -507,8 +507,15 @@ async fn s3_store_conforms() {
     // Endpoint mode: the first key segment is the bucket.
     let store: DynStore = Arc::new(common::s3_store(&env, client.clone(), S3Root::Endpoint));
     let key = format!("{bucket}/ep/x.json");
-    let etag = store.put(&key, b("e"), Condition::IfAbsent).await.unwrap();
-    let read = store.get(&key).await.unwrap().unwrap();
+    let etag = store
+        .put(&key, b("e"), Condition::IfAbsent)
+        .await
+        .unwrap_or_else(|e| panic!("writing {key}: {e}"));
+    let read = store
+        .get(&key)
+        .await
+        .unwrap_or_else(|e| panic!("reading {key}: {e}"))
+        .unwrap_or_else(|| panic!("{key} reads as missing right after its write"));
     assert_eq!((read.body, read.etag), (b("e"), etag));
     assert!(
         store
@@ -527,7 +534,10 @@ async fn s3_store_conforms() {
     // Keys object_store cannot name as they are are read all the same (by the SDK).
     for odd in ["odd//double.json", "odd/tab\tkey.json", "odd/trailing/"] {
         let odd = format!("{bucket}/{odd}");
-        store.put(&odd, b("odd"), Condition::None).await.unwrap();
+        store
+            .put(&odd, b("odd"), Condition::None)
+            .await
+            .unwrap_or_else(|e| panic!("writing {odd:?}: {e}"));
         assert_eq!(
             store.get(&odd).await.unwrap().unwrap().body,
             b("odd"),

@@ -14,7 +14,7 @@
 //! expire.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -37,6 +37,9 @@ pub struct S3Access {
     pub credentials: Option<SharedCredentialsProvider>,
 }
 
+/// The locks below guard plain caches (clients, keys) that a panic elsewhere cannot leave
+/// half-written, so a poisoned lock is used as it stands rather than failing every read.
+///
 /// The most per-bucket clients kept at once.
 const MAX_BUCKETS: usize = 256;
 
@@ -62,7 +65,12 @@ impl Reader {
 
     /// The client for `bucket`, made on first use.
     fn client(&self, bucket: &str) -> StoreResult<Arc<AmazonS3>> {
-        if let Some(c) = self.buckets.read().expect("not poisoned").get(bucket) {
+        if let Some(c) = self
+            .buckets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(bucket)
+        {
             return Ok(c.clone());
         }
         let mut builder = AmazonS3Builder::new()
@@ -89,7 +97,7 @@ impl Reader {
                 .build()
                 .map_err(|e| StoreError::Other(format!("S3 reader for '{bucket}': {e}")))?,
         );
-        let mut buckets = self.buckets.write().expect("not poisoned");
+        let mut buckets = self.buckets.write().unwrap_or_else(PoisonError::into_inner);
         // Bucket names come from requests (endpoint mode): the map is kept small whatever
         // names callers send, and a missing bucket's client is dropped (in `get`).
         if buckets.len() >= MAX_BUCKETS {
@@ -119,7 +127,10 @@ impl Reader {
             Err(object_store::Error::NotFound { source, .. }) => {
                 // The body of a 404 names its S3 error code.
                 if source.to_string().contains("<Code>NoSuchBucket</Code>") {
-                    self.buckets.write().expect("not poisoned").remove(bucket);
+                    self.buckets
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(bucket);
                     Err(StoreError::NoSuchBucket(bucket.to_string()))
                 } else {
                     Ok(None)
@@ -171,7 +182,7 @@ impl CredentialProvider for SdkCredentials {
     type Credential = AwsCredential;
 
     async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
-        if let Some((keys, expiry)) = &*self.current.read().expect("not poisoned")
+        if let Some((keys, expiry)) = &*self.current.read().unwrap_or_else(PoisonError::into_inner)
             && expiry.is_none_or(|at| SystemTime::now() + RENEW_BEFORE < at)
         {
             return Ok(keys.clone());
@@ -187,7 +198,8 @@ impl CredentialProvider for SdkCredentials {
             secret_key: resolved.secret_access_key().to_string(),
             token: resolved.session_token().map(str::to_string),
         });
-        *self.current.write().expect("not poisoned") = Some((keys.clone(), resolved.expiry()));
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+            Some((keys.clone(), resolved.expiry()));
         Ok(keys)
     }
 }
@@ -205,7 +217,10 @@ mod tests {
             credentials: None,
         });
         for i in 0..3 * MAX_BUCKETS {
-            reader.client(&format!("made-up-{i}")).unwrap();
+            let name = format!("made-up-{i}");
+            reader
+                .client(&name)
+                .unwrap_or_else(|e| panic!("a client for '{name}': {e}"));
             assert!(reader.buckets.read().unwrap().len() <= MAX_BUCKETS);
         }
         // A bucket read again is served by the client kept for it.
