@@ -297,7 +297,11 @@ fn watch_files(grants: Arc<Grants>, keys: Option<Arc<ApiKeys>>, tls: Option<Arc<
     });
 }
 
+/// How long a graceful stop waits for work requests left after their answers.
+const AFTER_ANSWERS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Opens the catalog, starts the recovery sweeper and serves until SIGTERM or Ctrl-C.
+
 pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Result<(), String> {
     let security = security(&config)?;
     if let Some(addr) = config.metrics_listen {
@@ -327,6 +331,7 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;
     let catalog = Arc::new(catalog);
+    let after_answers = catalog.clone();
     if config.managed_versioning {
         // The gateway's own commits order against its clients' and batches in the log.
         datasets.commit_through(Arc::new(crate::catalog::own_commits::OwnCommits::of(
@@ -389,6 +394,9 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     )
     .await;
     sweeper.abort();
+    after_answers
+        .finish_after_answers(AFTER_ANSWERS_GRACE)
+        .await;
     tracing::info!("lance-gateway stopped");
     Ok(())
 }

@@ -190,7 +190,7 @@ impl Catalog {
         }
         let catalog = self.clone();
         let published: Vec<Staging> = checked.into_iter().map(|e| e.staging).collect();
-        tokio::spawn(async move {
+        self.after_answer(async move {
             for staging in published {
                 catalog.forget_staged(&staging).await;
             }

@@ -170,7 +170,7 @@ impl Catalog {
             committed_at_ms: now_ms(),
         };
         let (catalog, record, branch) = (self.clone(), record.clone(), branch.map(str::to_string));
-        tokio::spawn(async move {
+        self.after_answer(async move {
             // Create-if-absent: a version this gateway made is new, and a receipt already
             // there was written by whoever published that version (keep theirs).
             let key = match catalog.receipt_key_of(&record, branch.as_deref(), version) {

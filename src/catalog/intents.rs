@@ -371,7 +371,7 @@ impl Catalog {
         self.put_published(&self.table_key(&record.id)?, encode(record), &record.uid)
             .await?;
         let (store, key) = (self.store.clone(), key.to_string());
-        tokio::spawn(async move {
+        self.after_answer(async move {
             match store.delete(&key, Condition::IfMatch(etag)).await {
                 // Gone already (cleared by a drop or rename, or by recovery): fine.
                 Ok(()) | Err(StoreError::PreconditionFailed) => {}

@@ -185,6 +185,8 @@ pub struct Catalog {
     maintenance: policy::Policy,
     /// Whether the data plane commits through the log (`own_commits::OwnCommits`).
     own_commits: std::sync::atomic::AtomicBool,
+    /// Work requests left to run after their answers (`after_answer`).
+    after_answers: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 /// Called with a table's record each time this gateway commits a version of it.
@@ -194,6 +196,51 @@ pub type CommitListener = Arc<dyn Fn(&TableRecord) + Send + Sync>;
 pub(crate) const PAGE: usize = 1000;
 
 impl Catalog {
+    /// Runs `work` after the request's answer (removing a staged entry, writing a receipt,
+    /// deleting a staging manifest): the client need not wait for it, but a graceful stop
+    /// does (`finish_after_answers`), so a stop right after an answer leaves nothing for
+    /// recovery or fsck to find.
+    pub(crate) fn after_answer(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let mut tasks = self
+            .after_answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while tasks.try_join_next().is_some() {}
+        // Fault injection (the suites' stop test): the work starts this much later.
+        static DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
+            std::sync::LazyLock::new(|| {
+                std::env::var("LANCE_GATEWAY_FAULT_AFTER_ANSWER_DELAY_MS")
+                    .ok()
+                    .and_then(|ms| ms.parse().ok())
+                    .map(std::time::Duration::from_millis)
+            });
+        let delay = *DELAY;
+        tasks.spawn(async move {
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
+            work.await
+        });
+    }
+
+    /// Waits, up to `within`, for the work requests left after their answers; what is still
+    /// running then is stopped (recovery finishes it, as after a crash).
+    pub async fn finish_after_answers(&self, within: std::time::Duration) {
+        let mut tasks = std::mem::take(
+            &mut *self
+                .after_answers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let all = async { while tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(within, all).await.is_err() {
+            tracing::warn!(
+                left = tasks.len(),
+                "stopping with work after answers unfinished; recovery will finish it"
+            );
+        }
+    }
+
     /// Opens the catalog, writing the cell record of a directory or bucket-prefix warehouse
     /// on first use and refusing a warehouse written in a newer format.
     pub async fn open(
@@ -216,6 +263,7 @@ impl Catalog {
             commit_listener: std::sync::OnceLock::new(),
             maintenance: settings.maintenance,
             own_commits: std::sync::atomic::AtomicBool::new(false),
+            after_answers: std::sync::Mutex::new(tokio::task::JoinSet::new()),
         };
         if !catalog.layout.endpoint_mode() {
             let key = Layout::cell_record("");

@@ -403,7 +403,7 @@ impl Catalog {
         // published (`settle_beside`), so noting it would only cost the commit a write.
         let catalog = self.clone();
         let (record, staging, done) = (record.clone(), staging.clone(), committed.clone());
-        tokio::spawn(async move {
+        self.after_answer(async move {
             if let Err(e) = catalog.write_receipt_of(&record, &staging, &done).await {
                 tracing::warn!(table = ?record.id, version = done.version, error = %e, "could not write a commit's receipt; its staging manifest is kept");
                 return;

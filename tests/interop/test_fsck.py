@@ -304,21 +304,26 @@ def test_fsck_that_cannot_run_exits_2():
 
 
 def test_on_seaweedfs(seaweed):
-    """The same code over S3: a missing claim and a dataset no record points to."""
+    """The same code over S3: a missing claim and a dataset no record points to.
+
+    The gateway is stopped right after a declare's answer, with the work left after answers
+    (removing the declare's staged entry) delayed by fault injection: a graceful stop waits
+    for it, so fsck finds nothing before the damage is made by hand."""
     bucket = f"lg-fsck-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3", endpoint_url=seaweed.endpoint, region_name="us-east-1",
                       aws_access_key_id=seaweedfs.ADMIN_KEY, aws_secret_access_key=seaweedfs.ADMIN_SECRET)
     s3.create_bucket(Bucket=bucket)
     warehouse = f"s3://{bucket}/wh"
     args, env = s3_gateway_setup(seaweed, warehouse)
-    gw = start_gateway(args, env)
+    gw = start_gateway(args, {**env, "LANCE_GATEWAY_FAULT_AFTER_ANSWER_DELAY_MS": "1500"})
     ns = ln.connect("rest", {"uri": gw.uri})
     ns.create_namespace(ln.CreateNamespaceRequest(id=["ml"]))
     lance.write_dataset(pa.table({"id": [1, 2]}), namespace_client=ns, table_id=["ml", "t"], mode="create")
     ns.declare_table(ln.DeclareTableRequest(id=["ml", "u"]))
     assert gw.stop() == 0
     admin_env = {**env, "LANCE_GATEWAY_S3_ENDPOINT": seaweed.endpoint, "LANCE_GATEWAY_S3_REGION": "us-east-1"}
-    assert fsck(warehouse, env=admin_env)[0] == 0
+    code, report = fsck(warehouse, env=admin_env)
+    assert code == 0, found(report)
     s3.delete_object(Bucket=bucket, Key=f"wh/{CAT}/locations/ml/u%2Elance.json")
     opts = {"aws_endpoint": seaweed.endpoint, "aws_region": "us-east-1", "allow_http": "true",
             "aws_access_key_id": seaweedfs.ADMIN_KEY, "aws_secret_access_key": seaweedfs.ADMIN_SECRET}
