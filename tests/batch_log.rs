@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use lance_gateway::access::Ctx;
+use lance_gateway::catalog::batch::{Change, Done};
 use lance_gateway::catalog::layout::{Layout, Warehouse};
 use lance_gateway::catalog::log::{Head, Lock};
 use lance_gateway::catalog::records::{TableRecord, encode, now_ms};
@@ -115,12 +116,12 @@ async fn rules(store: Arc<dyn Store>, warehouse: Warehouse) {
     for t in &tables {
         entries.push((
             t.id.clone(),
-            stage(&a, &store, t, 2, &format!("{}@2", t.id[1])).await,
+            Change::Version(stage(&a, &store, t, 2, &format!("{}@2", t.id[1])).await),
         ));
     }
     let (txid, committed) = a.commit_batch(&ctx, entries).await.unwrap();
     assert_eq!(
-        committed.iter().map(|c| c.version).collect::<Vec<_>>(),
+        committed.iter().map(version_of).collect::<Vec<_>>(),
         vec![2, 2, 2]
     );
     for t in &tables {
@@ -138,11 +139,11 @@ async fn rules(store: Arc<dyn Store>, warehouse: Warehouse) {
     let entries = vec![
         (
             tables[0].id.clone(),
-            stage(&a, &store, &tables[0], 3, "docs@3").await,
+            Change::Version(stage(&a, &store, &tables[0], 3, "docs@3").await),
         ),
         (
             tables[1].id.clone(),
-            stage(&a, &store, &tables[1], 4, "emb@4").await,
+            Change::Version(stage(&a, &store, &tables[1], 4, "emb@4").await),
         ),
     ];
     let err = a.commit_batch(&ctx, entries).await.unwrap_err();
@@ -166,7 +167,7 @@ async fn rules(store: Arc<dyn Store>, warehouse: Warehouse) {
     // An entry staged in another table's folder is refused before anything is written.
     let stray = stage(&a, &store, &tables[0], 3, "emb@3").await;
     let err = a
-        .commit_batch(&ctx, vec![(tables[1].id.clone(), stray)])
+        .commit_batch(&ctx, vec![(tables[1].id.clone(), Change::Version(stray))])
         .await
         .unwrap_err();
     assert_eq!(err.code, Code::InvalidInput, "{err}");
@@ -232,6 +233,123 @@ async fn rules(store: Arc<dyn Store>, warehouse: Warehouse) {
     let failed = b.describe_transaction(&ctx, &dead.record.id).await.unwrap();
     assert_eq!(failed.status, TxStatus::Failed);
     assert!(store.get(&final_key(t2, 4)).await.unwrap().is_none());
+
+    deletes_in_batches(&a, &b, &store, &tables).await;
+}
+
+fn version_of(done: &Done) -> u64 {
+    match done {
+        Done::Version(v) => v.version,
+        Done::Deleted(n) => panic!("a deletion ({n} versions) where a version was expected"),
+    }
+}
+
+/// Whether `t`'s final manifests of `versions` are in storage, each.
+async fn present(store: &Arc<dyn Store>, t: &TableRecord, versions: &[u64]) -> Vec<bool> {
+    let mut out = Vec::new();
+    for v in versions {
+        out.push(store.get(&final_key(t, *v)).await.unwrap().is_some());
+    }
+    out
+}
+
+/// Versions deleted inside a batch: together with another table's new version, refused whole
+/// when one would delete a table's latest version, and, when the batch's gateway died after
+/// the commit point, deleted by the next reader before it is answered. Tables come in at
+/// versions 3 (docs), 4 (emb) and 3 (dims).
+async fn deletes_in_batches(
+    a: &Arc<Catalog>,
+    b: &Arc<Catalog>,
+    store: &Arc<dyn Store>,
+    tables: &[TableRecord],
+) {
+    let ctx = Ctx::internal();
+    let (docs, dims) = (&tables[0], &tables[2]);
+    let delete = |ranges: Vec<(i64, i64)>| Change::DeleteVersions {
+        branch: None,
+        ranges,
+    };
+    let (_, done) = a
+        .commit_batch(
+            &ctx,
+            vec![
+                (
+                    docs.id.clone(),
+                    Change::Version(stage(a, store, docs, 4, "docs@4").await),
+                ),
+                (dims.id.clone(), delete(vec![(1, 3)])),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(done[1], Done::Deleted(2));
+    assert_eq!(version_of(&done[0]), 4);
+    assert_eq!(present(store, dims, &[1, 2, 3]).await, [false, false, true]);
+    assert_eq!(visible(b, store, docs).await, 4);
+
+    // Deleting the latest version refuses the whole batch: docs' version 5 is not committed.
+    let err = a
+        .commit_batch(
+            &ctx,
+            vec![
+                (
+                    docs.id.clone(),
+                    Change::Version(stage(a, store, docs, 5, "docs@5").await),
+                ),
+                (dims.id.clone(), delete(vec![(3, -1)])),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::InvalidInput, "{err}");
+    assert_eq!(visible(b, store, docs).await, 4);
+    assert!(present(store, dims, &[3]).await[0]);
+
+    // A gateway dies after the commit point of a batch deleting docs' version 1: the lock
+    // names the manifest, the record says Succeeded. Before the commit, the next version is
+    // held; after it, the other gateway's next read deletes it and releases the table.
+    let crashed = a
+        .begin_transaction(&docs.id, "batch_commit", "", BTreeMap::new())
+        .await
+        .unwrap();
+    let key = Layout::head_key("", &docs.data_key, None);
+    let current = store.get(&key).await.unwrap().unwrap();
+    let mut head: Head = serde_json::from_slice(&current.body).unwrap();
+    head.lock = Some(Lock {
+        transaction_id: crashed.record.id.clone(),
+        version: 5,
+        manifest: String::new(),
+        staged: String::new(),
+        size: 0,
+        locked_at_ms: now_ms(),
+        deletes: vec![NamingScheme::V2.file_name(1)],
+    });
+    store
+        .put(&key, encode(&head), Condition::IfMatch(current.etag))
+        .await
+        .unwrap();
+    let rival = stage(b, store, docs, 5, "docs@5 rival").await;
+    let err = b
+        .create_table_version(&ctx, &docs.id, rival.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, Code::ConcurrentModification, "{err}");
+    assert!(present(store, docs, &[1]).await[0]);
+    let mut crashed = crashed;
+    a.finish_transaction(&mut crashed, TxStatus::Succeeded, None, &BTreeMap::new())
+        .await
+        .unwrap();
+    let log = b.settle_log(docs, None).await.unwrap();
+    assert!(log.worked && log.live_lock().is_none());
+    assert_eq!(log.version(), 4);
+    assert_eq!(present(store, docs, &[1, 2, 4]).await, [false, true, true]);
+    assert_eq!(
+        b.create_table_version(&ctx, &docs.id, rival)
+            .await
+            .unwrap()
+            .version,
+        5
+    );
 }
 
 /// A single-table commit through the log, and the head it leaves: nothing writes the head
@@ -324,6 +442,7 @@ async fn lock(
         staged: name,
         size: body.len() as u64,
         locked_at_ms: now_ms(),
+        deletes: Vec::new(),
     });
     let cond = match current {
         Some(obj) => Condition::IfMatch(obj.etag),

@@ -15,6 +15,7 @@ use lance_namespace::models::{
 use super::extract::{JsonBody, Target};
 use super::{AppState, detached};
 use crate::access::Ctx;
+use crate::catalog::batch::{Change, Done};
 use crate::catalog::versions::{CommittedVersion, NewVersion};
 use crate::error::{Error, Result};
 use crate::fields;
@@ -59,20 +60,23 @@ fn table_version(committed: CommittedVersion) -> TableVersion {
 
 /// One entry of a batch: its table id (required there) and the version it commits.
 fn batch_entry(
-    at: String,
+    at: &str,
     id: Option<Vec<String>>,
     metadata: Option<&std::collections::HashMap<String, String>>,
     new: NewVersion,
-) -> Result<(Vec<String>, NewVersion)> {
+) -> Result<(Vec<String>, Change)> {
     if metadata.is_some_and(|m| !m.is_empty()) {
         return Err(Error::invalid(format!(
             "{at}: metadata is refused: {NO_METADATA}"
         )));
     }
-    match id.filter(|id| !id.is_empty()) {
-        Some(id) => Ok((id, new)),
-        None => Err(Error::invalid(format!("{at}: id is required"))),
-    }
+    Ok((required_id(at, id)?, Change::Version(new)))
+}
+
+/// A batch entry's table id, which the entry must name.
+fn required_id(at: &str, id: Option<Vec<String>>) -> Result<Vec<String>> {
+    id.filter(|id| !id.is_empty())
+        .ok_or_else(|| Error::invalid(format!("{at}: id is required")))
 }
 
 pub async fn create(
@@ -107,7 +111,7 @@ pub async fn batch_create(
         .map(|(i, e)| {
             let new = new_version!(e);
             batch_entry(
-                format!("entries[{i}]"),
+                &format!("entries[{i}]"),
                 Some(e.id),
                 e.metadata.as_ref(),
                 new,
@@ -119,13 +123,20 @@ pub async fn batch_create(
         detached(async move { catalog.commit_batch(&ctx, entries).await }).await?;
     Ok(Json(BatchCreateTableVersionsResponse {
         transaction_id: Some(id),
-        versions: committed.into_iter().map(table_version).collect(),
+        versions: committed
+            .into_iter()
+            .filter_map(|done| match done {
+                Done::Version(v) => Some(table_version(v)),
+                Done::Deleted(_) => None,
+            })
+            .collect(),
         ..Default::default()
     }))
 }
 
-/// BatchCommitTables: its `create_table_version` operations committed together
-/// (`catalog::batch`). The other kinds are refused, the whole batch with them.
+/// BatchCommitTables: its `create_table_version` and `delete_table_versions` operations
+/// committed together (`catalog::batch`). Declares and deregisters are refused, the whole
+/// batch with them.
 pub async fn batch_commit(
     State(state): State<AppState>,
     ctx: Ctx,
@@ -146,28 +157,49 @@ pub async fn batch_commit(
                  delete_table_versions and deregister_table"
             )));
         }
-        let Some(v) = op.create_table_version.map(|v| *v) else {
+        if let Some(v) = op.create_table_version.map(|v| *v) {
+            let new = new_version!(v);
+            entries.push(batch_entry(&at, v.id, v.metadata.as_ref(), new)?);
+        } else if let Some(d) = op.delete_table_versions.map(|d| *d) {
+            let ranges = d
+                .ranges
+                .iter()
+                .map(|r| (r.start_version, r.end_version))
+                .collect();
+            let change = Change::DeleteVersions {
+                branch: d.branch,
+                ranges,
+            };
+            entries.push((required_id(&at, d.id)?, change));
+        } else {
             return Err(Error::unsupported(format!(
-                "{at}: only create_table_version operations are served inside a batch commit; \
-                 declare, delete versions and deregister each on their own first"
+                "{at}: declare_table and deregister_table are not served inside a batch \
+                 commit (only create_table_version and delete_table_versions are); \
+                 declare or deregister on their own, before or after the batch"
             )));
-        };
-        let new = new_version!(v);
-        entries.push(batch_entry(at, v.id, v.metadata.as_ref(), new)?);
+        }
     }
     let catalog = state.catalog.clone();
-    let (id, committed) =
-        detached(async move { catalog.commit_batch(&ctx, entries).await }).await?;
+    let (id, done) = detached(async move { catalog.commit_batch(&ctx, entries).await }).await?;
     Ok(Json(BatchCommitTablesResponse {
         transaction_id: Some(id),
-        results: committed
+        results: done
             .into_iter()
-            .map(|c| CommitTableResult {
-                create_table_version: Some(Box::new(CreateTableVersionResponse {
-                    version: Some(Box::new(table_version(c))),
+            .map(|done| match done {
+                Done::Version(v) => CommitTableResult {
+                    create_table_version: Some(Box::new(CreateTableVersionResponse {
+                        version: Some(Box::new(table_version(v))),
+                        ..Default::default()
+                    })),
                     ..Default::default()
-                })),
-                ..Default::default()
+                },
+                Done::Deleted(count) => CommitTableResult {
+                    delete_table_versions: Some(Box::new(BatchDeleteTableVersionsResponse {
+                        deleted_count: Some(count as i64),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                },
             })
             .collect(),
         ..Default::default()

@@ -1,21 +1,26 @@
 //! Batch commits (BatchCreateTableVersions, BatchCommitTables): versions of several tables
 //! made visible together or not at all, for readers that resolve versions through the
-//! catalog (managed versioning).
+//! catalog (managed versioning). A batch's entry either commits a version of its table or
+//! deletes some of its versions (BatchCommitTables' `delete_table_versions`).
 //!
 //! The protocol, over the commit log of each table (`log`):
-//! 1. **Check** every entry before anything is written: the caller's write grant, the
-//!    staged manifest (in that table's own versions folder, of that version, as large as
-//!    said), one entry per table.
+//! 1. **Check** every entry before anything is written: the caller's grant (write to
+//!    commit, admin to delete versions), the staged manifest (in that table's own versions
+//!    folder, of that version, as large as said), the versions to delete (never the latest
+//!    or a tagged one), one entry per table.
 //! 2. **Record** the batch: a transaction record (`Running`, naming each table's version)
 //!    written create-if-absent. Its id is the answer's `transaction_id`.
 //! 3. **Lock** each table's head for its version (conditional on the head read, and only if
-//!    the version follows the newest in the log and in storage). A table that cannot be
-//!    locked fails the batch: the record is written `Failed` and every lock is removed.
+//!    the version follows the newest in the log and in storage); a deleting entry locks the
+//!    next version and names, in its lock, the manifests it deletes (chosen again on the
+//!    listing read beside the head). A table that cannot be locked fails the batch: the
+//!    record is written `Failed` and every lock is removed.
 //! 4. **Commit**: the record goes from `Running` to `Succeeded`, conditional on the record as
 //!    the batch wrote it. This one write is the commit point for every table at once: from
 //!    it on, each lock stands for a committed version (`log`'s invariants).
-//! 5. **Publish**: each table's head is settled, which copies its staged manifest to the
-//!    final name and moves the head on. Anyone who reads a locked head does the same, so a
+//! 5. **Publish**: each table's head is settled, which deletes the manifests its lock names,
+//!    copies its staged manifest to the final name and moves the head on. Anyone who reads
+//!    a locked head does the same (managed readers settle before they answer), so a
 //!    batch whose gateway stopped after step 4 is finished by the next reader or writer of
 //!    each of its tables (and by the recovery sweep before its record is removed); one that
 //!    stopped before step 4 is failed by the first who finds its record abandoned.
@@ -29,7 +34,7 @@ use super::Catalog;
 use super::log::{Lock, LogState};
 use super::records::{TableRecord, now_ms};
 use super::transactions::{BatchItem, Transaction, TxStatus, Written};
-use super::versions::{CommittedVersion, NewVersion, Staging};
+use super::versions::{CommittedVersion, NewVersion, Staging, check_ranges, versions_dir};
 use crate::access::{Ctx, Level};
 use crate::error::{Code, Error, Result};
 
@@ -39,11 +44,62 @@ pub const MAX_ENTRIES: usize = 100;
 /// How many times a table's lock is tried when rivals keep moving its head.
 const LOCK_TRIES: usize = 5;
 
+/// What one entry of a batch does to its table.
+#[derive(Clone, Debug)]
+pub enum Change {
+    /// Commit a version (CreateTableVersion).
+    Version(NewVersion),
+    /// Delete the versions in `ranges` (`[start, end)`, `end` -1 for open) of `branch`
+    /// (BatchDeleteTableVersions).
+    DeleteVersions {
+        branch: Option<String>,
+        ranges: Vec<(i64, i64)>,
+    },
+}
+
+/// What a batch's entry did, in its answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Done {
+    Version(CommittedVersion),
+    /// How many versions were deleted.
+    Deleted(u64),
+}
+
 /// One entry of a batch, checked.
 struct Entry {
     record: TableRecord,
-    staging: Staging,
-    size: u64,
+    branch: Option<String>,
+    /// The table's versions folder on `branch`.
+    dir: String,
+    kind: Kind,
+}
+
+enum Kind {
+    Version { staging: Staging, size: u64 },
+    Delete { ranges: Vec<(i64, i64)> },
+}
+
+impl Entry {
+    fn staging(&self) -> Option<&Staging> {
+        match &self.kind {
+            Kind::Version { staging, .. } => Some(staging),
+            Kind::Delete { .. } => None,
+        }
+    }
+
+    /// The batch's record of it.
+    fn item(&self) -> BatchItem {
+        let (version, deletes) = match &self.kind {
+            Kind::Version { staging, .. } => (staging.version, None),
+            Kind::Delete { ranges } => (0, Some(ranges.clone())),
+        };
+        BatchItem {
+            table: self.record.id.clone(),
+            branch: self.branch.clone(),
+            version,
+            deletes,
+        }
+    }
 }
 
 /// The step a batch stops at under fault injection (`LANCE_GATEWAY_FAULT_BATCH_PAUSE`: the
@@ -72,14 +128,14 @@ fn conflict(message: String) -> Error {
 }
 
 impl Catalog {
-    /// Commits `entries` (a table id and the version to commit to it, each) together, or
-    /// none of them (see the module's protocol). Answers the batch's transaction id and each
-    /// version as committed, in the order given.
+    /// Commits `entries` (a table id and the change to make to it, each) together, or none
+    /// of them (see the module's protocol). Answers the batch's transaction id and what each
+    /// entry did, in the order given.
     pub async fn commit_batch(
         self: &Arc<Self>,
         ctx: &Ctx,
-        entries: Vec<(Vec<String>, NewVersion)>,
-    ) -> Result<(String, Vec<CommittedVersion>)> {
+        entries: Vec<(Vec<String>, Change)>,
+    ) -> Result<(String, Vec<Done>)> {
         if entries.is_empty() {
             return Err(Error::invalid("a batch commit needs at least one entry"));
         }
@@ -98,26 +154,31 @@ impl Catalog {
         .await?;
         let mut tables = HashSet::new();
         for entry in &checked {
-            if !tables.insert((entry.record.data_key.clone(), entry.staging.branch.clone())) {
+            if !tables.insert((entry.record.data_key.clone(), entry.branch.clone())) {
                 return Err(Error::invalid(format!(
-                    "table '{}' appears twice in the batch: commit one version per table",
+                    "table '{}' appears twice in the batch: one change per table (and branch)",
                     self.show(&entry.record.id)
                 )));
             }
         }
 
         // 2. Record.
-        let items: Vec<BatchItem> = checked
-            .iter()
-            .map(|e| BatchItem {
-                table: e.record.id.clone(),
-                branch: e.staging.branch.clone(),
-                version: e.staging.version,
-            })
-            .collect();
+        let items: Vec<BatchItem> = checked.iter().map(Entry::item).collect();
         let summary = items
             .iter()
-            .map(|i| format!("{}@{}", self.show(&i.table), i.version))
+            .map(|i| match &i.deletes {
+                None => format!("{}@{}", self.show(&i.table), i.version),
+                Some(ranges) => {
+                    let ranges: Vec<String> = ranges
+                        .iter()
+                        .map(|(start, end)| match end {
+                            -1 => format!("{start}.."),
+                            end => format!("{start}..{end}"),
+                        })
+                        .collect();
+                    format!("{} deletes {}", self.show(&i.table), ranges.join(","))
+                }
+            })
             .collect::<Vec<_>>()
             .join(" ");
         let results = BTreeMap::from([
@@ -132,9 +193,15 @@ impl Catalog {
 
         // 3. Lock.
         let locked = join_all(checked.iter().map(|e| self.lock_entry(e, &id))).await;
-        if let Some(error) = locked.into_iter().find_map(|r| r.err()) {
-            self.abandon_batch(&mut tx, &checked, &error).await;
-            return Err(error);
+        let mut deleted = Vec::with_capacity(locked.len());
+        for outcome in locked {
+            match outcome {
+                Ok(count) => deleted.push(count),
+                Err(error) => {
+                    self.abandon_batch(&mut tx, &checked, &error).await;
+                    return Err(error);
+                }
+            }
         }
 
         fault("locked").await;
@@ -159,7 +226,7 @@ impl Catalog {
             let mut settled = Vec::with_capacity(checked.len());
             for entry in &checked {
                 settled.push(
-                    self.settle_log(&entry.record, entry.staging.branch.as_deref())
+                    self.settle_log(&entry.record, entry.branch.as_deref())
                         .await?,
                 );
                 fault("published_one").await;
@@ -169,71 +236,125 @@ impl Catalog {
             try_join_all(
                 checked
                     .iter()
-                    .map(|e| self.settle_log(&e.record, e.staging.branch.as_deref())),
+                    .map(|e| self.settle_log(&e.record, e.branch.as_deref())),
             )
             .await?
         };
-        let mut committed = Vec::with_capacity(checked.len());
-        for (entry, log) in checked.iter().zip(settled) {
-            let final_key = format!("{}{}", entry.staging.dir, entry.staging.manifest);
+        let mut done = Vec::with_capacity(checked.len());
+        for ((entry, log), deleted) in checked.iter().zip(settled).zip(deleted) {
+            let Kind::Version { staging, size } = &entry.kind else {
+                done.push(Done::Deleted(deleted));
+                continue;
+            };
+            let final_key = format!("{}{}", staging.dir, staging.manifest);
             let version = CommittedVersion {
-                version: entry.staging.version,
+                version: staging.version,
                 manifest_path: self.layout.store_path_of(&final_key),
-                size: entry.size,
+                size: *size,
                 e_tag: log
                     .published_etag
                     .filter(|t| !t.is_empty() && self.layout.shares_etags()),
             };
-            self.record_published(&entry.record, &entry.staging, &version)
+            self.record_published(&entry.record, staging, &version)
                 .await?;
-            committed.push(version);
+            done.push(Done::Version(version));
         }
         let catalog = self.clone();
-        let published: Vec<Staging> = checked.into_iter().map(|e| e.staging).collect();
+        let published: Vec<Staging> = checked
+            .iter()
+            .filter_map(|e| e.staging().cloned())
+            .collect();
         self.after_answer(async move {
             for staging in published {
                 catalog.forget_staged(&staging).await;
             }
         });
-        Ok((id, committed))
+        Ok((id, done))
     }
 
-    /// Step 1 for one entry: what a CreateTableVersion of it would check.
-    async fn check_entry(&self, ctx: &Ctx, id: &[String], req: &NewVersion) -> Result<Entry> {
+    /// Step 1 for one entry: what a CreateTableVersion or BatchDeleteTableVersions of it
+    /// would check.
+    async fn check_entry(&self, ctx: &Ctx, id: &[String], change: &Change) -> Result<Entry> {
         let record = self.describe_table(ctx, id).await?;
-        self.may_change_table(ctx, id, Level::Write, "committing a version")?;
-        let staging = self.staging_of(&record, req)?;
-        let key = format!("{}{}", staging.dir, staging.staged);
-        let staged = self.store.get(&key).await?.ok_or_else(|| {
-            Error::invalid(format!(
-                "the staged manifest '{}' does not exist",
-                req.manifest_path
-            ))
-        })?;
-        self.check_staged(req, &staged)?;
-        Ok(Entry {
-            record,
-            staging,
-            size: staged.body.len() as u64,
-        })
+        match change {
+            Change::Version(req) => {
+                self.may_change_table(ctx, id, Level::Write, "committing a version")?;
+                let staging = self.staging_of(&record, req)?;
+                let key = format!("{}{}", staging.dir, staging.staged);
+                let staged = self.store.get(&key).await?.ok_or_else(|| {
+                    Error::invalid(format!(
+                        "the staged manifest '{}' does not exist",
+                        req.manifest_path
+                    ))
+                })?;
+                self.check_staged(req, &staged)?;
+                Ok(Entry {
+                    branch: staging.branch.clone(),
+                    dir: staging.dir.clone(),
+                    record,
+                    kind: Kind::Version {
+                        staging,
+                        size: staged.body.len() as u64,
+                    },
+                })
+            }
+            Change::DeleteVersions { branch, ranges } => {
+                self.may_change_table(ctx, id, Level::Admin, "deleting versions")?;
+                check_ranges(ranges)?;
+                let branch = branch.clone().filter(|b| !b.is_empty() && b != "main");
+                let dir = versions_dir(&record, branch.as_deref())?;
+                // Refused now, before anything is written, when it would be at the lock.
+                self.doomed_versions(&record, branch.as_deref(), ranges)
+                    .await?;
+                Ok(Entry {
+                    record,
+                    branch,
+                    dir,
+                    kind: Kind::Delete {
+                        ranges: ranges.clone(),
+                    },
+                })
+            }
+        }
     }
 
-    /// Step 3 for one entry: its table's head locked for its version by batch `id`.
-    async fn lock_entry(&self, entry: &Entry, id: &str) -> Result<()> {
-        let branch = entry.staging.branch.as_deref();
+    /// Step 3 for one entry: its table's head locked by batch `id` for its version (or, for
+    /// a deletion, the next version, with the manifests it deletes chosen on the listing
+    /// read beside the head). Answers how many versions it deletes.
+    async fn lock_entry(&self, entry: &Entry, id: &str) -> Result<u64> {
+        let branch = entry.branch.as_deref();
         let key = self.head_key_of(&entry.record, branch)?;
         for _ in 0..LOCK_TRIES {
             let (log, stored) = self
-                .log_and_storage(&entry.record, branch, &entry.staging.dir)
+                .log_and_storage(&entry.record, branch, &entry.dir)
                 .await;
             let (log, stored) = (log?, stored?);
-            if !self.follows(&entry.staging, &log, stored)? {
-                return Err(conflict(format!(
-                    "version {} of table '{}' already exists",
-                    entry.staging.version,
-                    self.show(&entry.record.id)
-                )));
-            }
+            let (version, manifest, staged, size, deletes) = match &entry.kind {
+                Kind::Version { staging, size } => {
+                    if !self.follows(staging, &log, stored)? {
+                        return Err(conflict(format!(
+                            "version {} of table '{}' already exists",
+                            staging.version,
+                            self.show(&entry.record.id)
+                        )));
+                    }
+                    let (manifest, staged) = (staging.manifest.clone(), staging.staged.clone());
+                    (staging.version, manifest, staged, *size, Vec::new())
+                }
+                Kind::Delete { ranges } => {
+                    if let Some(lock) = log.live_lock() {
+                        return Err(conflict(format!(
+                            "table '{}' is held by batch commit {}, which is committing",
+                            self.show(&entry.record.id),
+                            lock.transaction_id
+                        )));
+                    }
+                    let deletes = self.doomed_versions(&entry.record, branch, ranges).await?;
+                    let latest = stored.max(log.head.as_ref().map(|h| h.version));
+                    let next = latest.unwrap_or(0) + 1;
+                    (next, String::new(), String::new(), 0, deletes)
+                }
+            };
             let mut head = log
                 .head
                 .clone()
@@ -242,20 +363,22 @@ impl Catalog {
                 // Versions made around the log: the head starts again from storage's newest.
                 head = Self::new_head(&entry.record, stored);
             }
+            let count = deletes.len() as u64;
             head.lock = Some(Lock {
                 transaction_id: id.to_string(),
-                version: entry.staging.version,
-                manifest: entry.staging.manifest.clone(),
-                staged: entry.staging.staged.clone(),
-                size: entry.size,
+                version,
+                manifest,
+                staged,
+                size,
                 locked_at_ms: now_ms(),
+                deletes,
             });
             if self
                 .put_head(&key, &head, log.etag.as_deref())
                 .await?
                 .is_some()
             {
-                return Ok(());
+                return Ok(count);
             }
         }
         Err(conflict(format!(
@@ -306,7 +429,7 @@ impl Catalog {
         }
         for entry in entries {
             if let Err(e) = self
-                .settle_log(&entry.record, entry.staging.branch.as_deref())
+                .settle_log(&entry.record, entry.branch.as_deref())
                 .await
             {
                 tracing::warn!(transaction = %tx.record.id, error = %e, "could not remove a failed batch's lock");

@@ -89,14 +89,28 @@ impl Head {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Lock {
     pub transaction_id: String,
+    /// The version the batch commits, or, for a batch that only deletes versions of the
+    /// table, the next version, which it holds while deciding.
     pub version: u64,
-    /// The final manifest's file name, and the staged manifest it will be published from.
+    /// The final manifest's file name, and the staged manifest it will be published from
+    /// (both empty when the batch commits no version of the table).
     pub manifest: String,
     pub staged: String,
     pub size: u64,
     /// When the lock was taken (to tell a batch in flight from one left behind).
     #[serde(default)]
     pub locked_at_ms: u64,
+    /// The final manifests (file names in the versions folder) the batch deletes, chosen
+    /// when it locked the table: they go, by whoever settles the lock, once it commits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deletes: Vec<String>,
+}
+
+impl Lock {
+    /// Whether the batch commits a version of the table (rather than only deleting some).
+    pub fn commits_version(&self) -> bool {
+        !self.manifest.is_empty()
+    }
 }
 
 /// A head as read: what it says (`None`: no head of this table), and the ETag to write
@@ -245,6 +259,17 @@ impl Catalog {
         }
     }
 
+    /// Deletes the final manifests `names` of the versions folder `dir` (a committed batch's
+    /// deletions; repeating it is harmless).
+    async fn delete_manifests(&self, dir: &str, names: &[String]) -> Result<()> {
+        futures::future::try_join_all(names.iter().map(|name| {
+            let key = format!("{dir}{name}");
+            async move { self.store.delete(&key, Condition::None).await }
+        }))
+        .await?;
+        Ok(())
+    }
+
     /// How the record of batch `id` decides its locks.
     async fn decision(&self, id: &str) -> Result<Decision> {
         let Ok((_, key)) = locate(&self.layout, id) else {
@@ -382,7 +407,17 @@ impl Catalog {
                         continue;
                     }
                     Decision::Aborted => next.lock = None,
+                    Decision::Committed if !lock.commits_version() => {
+                        self.delete_manifests(&dir, &lock.deletes).await?;
+                        next = Head {
+                            committed_at_ms: now_ms(),
+                            transaction_id: Some(lock.transaction_id.clone()),
+                            lock: None,
+                            ..head.clone()
+                        };
+                    }
                     Decision::Committed => {
+                        self.delete_manifests(&dir, &lock.deletes).await?;
                         match self
                             .publish_staged(&dir, &lock.manifest, &lock.staged, lock.version)
                             .await?
@@ -446,6 +481,11 @@ impl Catalog {
         };
         Ok(match self.decision(&lock.transaction_id).await? {
             Decision::Deciding => None,
+            Decision::Committed if !lock.commits_version() => Some(format!(
+                "batch commit {} committed the deletion of {} version(s) but did not finish it",
+                lock.transaction_id,
+                lock.deletes.len()
+            )),
             Decision::Committed => Some(format!(
                 "batch commit {} committed version {} but did not publish it",
                 lock.transaction_id, lock.version

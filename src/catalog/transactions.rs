@@ -87,13 +87,18 @@ pub struct TransactionRecord {
     pub batch: Vec<BatchItem>,
 }
 
-/// One table's version in a batch commit.
+/// One table's change in a batch commit: a version it commits, or versions it deletes.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct BatchItem {
     pub table: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+    /// The version committed (0 for an entry that only deletes versions).
     pub version: u64,
+    /// The ranges of versions deleted (`[start, end)`, `end` -1 for open), for a deleting
+    /// entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletes: Option<Vec<(i64, i64)>>,
 }
 
 /// A transaction as its owner holds it: the record and the ETag it was written at.

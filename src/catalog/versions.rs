@@ -96,6 +96,21 @@ pub struct Staging {
     pub first_of_branch: bool,
 }
 
+/// Checks BatchDeleteTableVersions' ranges (`[start, end)`, `end` -1 for open).
+pub(crate) fn check_ranges(ranges: &[(i64, i64)]) -> Result<()> {
+    if ranges.is_empty() {
+        return Err(Error::invalid("ranges must name at least one range"));
+    }
+    for (start, end) in ranges {
+        if *start < 0 || (*end != -1 && end < start) {
+            return Err(Error::invalid(format!(
+                "bad version range [{start}, {end})"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A version as published.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommittedVersion {
@@ -485,29 +500,39 @@ impl Catalog {
     ) -> Result<u64> {
         let record = self.describe_table(ctx, id).await?;
         self.may_change_table(ctx, id, Level::Admin, "deleting versions")?;
-        if ranges.is_empty() {
-            return Err(Error::invalid("ranges must name at least one range"));
+        check_ranges(ranges)?;
+        let dir = versions_dir(&record, branch)?;
+        let doomed = self.doomed_versions(&record, branch, ranges).await?;
+        for name in &doomed {
+            self.store
+                .delete(&format!("{dir}{name}"), Condition::None)
+                .await?;
         }
-        for (start, end) in ranges {
-            if *start < 0 || (*end != -1 && end < start) {
-                return Err(Error::invalid(format!(
-                    "bad version range [{start}, {end})"
-                )));
-            }
-        }
+        Ok(doomed.len() as u64)
+    }
+
+    /// The final manifests (file names in the versions folder of `branch`) of the versions
+    /// in `ranges`, refusing the latest version and tagged ones.
+    pub(crate) async fn doomed_versions(
+        &self,
+        record: &TableRecord,
+        branch: Option<&str>,
+        ranges: &[(i64, i64)],
+    ) -> Result<Vec<String>> {
         let within = |v: u64| {
             ranges
                 .iter()
                 .any(|(start, end)| v >= *start as u64 && (*end == -1 || v < *end as u64))
         };
-        let dir = versions_dir(&record, branch)?;
+        let dir = versions_dir(record, branch)?;
         let mut doomed = Vec::new();
         let mut latest = None;
         for key in self.all_keys(&dir, true).await? {
-            if let Some(v) = version_of_file(&key[dir.len()..]) {
+            let name = &key[dir.len()..];
+            if let Some(v) = version_of_file(name) {
                 latest = Some(latest.map_or(v, |l: u64| l.max(v)));
                 if within(v) {
-                    doomed.push((v, key));
+                    doomed.push(name.to_string());
                 }
             }
         }
@@ -516,16 +541,13 @@ impl Catalog {
                 "version {latest} is the latest version and cannot be deleted"
             )));
         }
-        let tagged = self.tagged_versions(&record, branch).await?;
+        let tagged = self.tagged_versions(record, branch).await?;
         if let Some((tag, v)) = tagged.iter().find(|(_, v)| within(*v)) {
             return Err(Error::invalid(format!(
                 "version {v} is tagged '{tag}': delete the tag first"
             )));
         }
-        for (_, key) in &doomed {
-            self.store.delete(key, Condition::None).await?;
-        }
-        Ok(doomed.len() as u64)
+        Ok(doomed)
     }
 
     /// The tags (Lance's `_refs/tags/<name>.json`) that point into `branch`.

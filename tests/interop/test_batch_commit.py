@@ -417,3 +417,94 @@ def test_gateways_killed_at_random_moments_leave_every_batch_whole(managed):
     finally:
         assert survivor.stop() == 0
     print(f"batches seen whole: {whole}, not at all: {none}")
+
+
+def versions_listed(managed, tid, who="viewer") -> list[int]:
+    listed = namespace(managed, who).list_table_versions(ln.ListTableVersionsRequest(id=tid))
+    return [v.version for v in listed.versions]
+
+
+def test_a_batch_deletes_old_versions_with_another_tables_new_version(managed):
+    """BatchCommitTables with a delete_table_versions operation: the old versions of one
+    table go in the same batch that commits another's new version; a batch that would delete
+    a table's latest version, or that comes from a writer without admin rights, is refused
+    whole (the other table's version is not committed, nothing is deleted)."""
+    a, b = tables(managed, 2)
+    for start in (100, 200):
+        lance.write_dataset(data(2, start=start), namespace_client=namespace(managed, "app"), table_id=b,
+                            mode="append")
+    assert versions_listed(managed, b) == [1, 2, 3]
+    # The app may write, not delete versions: refused whole.
+    with pytest.raises(TransactionError) as refused:
+        with tx_of(managed, "app") as tx:
+            lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=a, mode="append")
+            tx.delete_versions(b, 1, 3)
+    assert (refused.value.status, refused.value.code) == (403, 15), refused.value
+    # Deleting the latest version: refused whole.
+    with pytest.raises(TransactionError) as refused:
+        with tx_of(managed, "ops") as tx:
+            lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=a, mode="append")
+            tx.delete_versions(b, 2)
+    assert (refused.value.status, refused.value.code) == (400, 13), refused.value
+    assert "latest version" in str(refused.value)
+    # Ranges that are not ranges, and an operation with no table: refused before anything.
+    for op, needle in (({"id": b, "ranges": [{"start_version": 3, "end_version": 1}]}, "bad version range"),
+                       ({"id": b, "ranges": []}, "at least one range"),
+                       ({"ranges": [{"start_version": 1, "end_version": 2}]}, "id is required")):
+        status, body, _ = call(managed["gw"].uri, "POST", "/v1/table/batch-commit",
+                               {"operations": [{"delete_table_versions": op}]},
+                               {"x-api-key": managed["keys"]["ops"]})
+        assert (status, body["code"]) == (400, 13) and needle in body["error"], body
+    assert latest(managed, a) == 1 and versions_listed(managed, b) == [1, 2, 3]
+    # Both at once.
+    with tx_of(managed, "ops") as tx:
+        lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=a, mode="append")
+        tx.delete_versions(b, 1, 3)
+    assert tx.versions == {tuple(a): 2} and tx.deleted == {tuple(b): 2}
+    assert versions_listed(managed, a) == [1, 2] and versions_listed(managed, b) == [3]
+    ns = namespace(managed, "viewer")
+    assert lance.dataset(namespace_client=ns, table_id=b).count_rows() == 14
+    with pytest.raises(Exception):
+        lance.dataset(namespace_client=ns, table_id=b, version=1)
+    described = call(managed["gw"].uri, "POST", f"/v1/transaction/{tx.transaction_id}/describe", {},
+                     {"x-api-key": managed["keys"]["ops"]})
+    assert described[0] == 200 and described[1]["status"] == "Succeeded", described
+    assert "deletes 1..3" in described[1]["properties"]["lance_gateway.versions"], described
+
+
+def test_a_batch_that_deletes_killed_after_its_commit_point(managed):
+    """A gateway killed after the commit point of a batch that commits one table's version
+    and deletes another's old versions: the other gateway's next managed read finishes both
+    (the new version published, the old ones gone) before answering, and fsck is clean."""
+    a, b = tables(managed, 2)
+    lance.write_dataset(data(2, start=100), namespace_client=namespace(managed, "app"), table_id=b, mode="append")
+    survivor = start_beside(managed)
+    doomed = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": "committed"})
+    outcome = []
+
+    def run():
+        try:
+            with transaction(doomed.uri, headers={"x-api-key": managed["keys"]["ops"]}) as tx:
+                lance.write_dataset(data(3, start=700), namespace_client=tx.namespace, table_id=a, mode="append")
+                tx.delete_versions(b, 1, 2)
+            outcome.append("committed")
+        except Exception as e:  # noqa: BLE001 - the gateway is killed under it
+            outcome.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        paused_at_fault(doomed)
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait()
+        thread.join(timeout=60)
+        assert outcome and outcome[0] != "committed", outcome
+        ns = RestNamespace(uri=survivor.uri, **{"headers.x-api-key": managed["keys"]["viewer"]})
+        listed = ns.list_table_versions(ln.ListTableVersionsRequest(id=b))
+        assert [v.version for v in listed.versions] == [2]
+        assert rows_of(managed, survivor, [a], 700) == [3]
+        fsck_clean(managed)
+    finally:
+        if doomed.proc.poll() is None:
+            doomed.proc.kill()
+        assert survivor.stop() == 0

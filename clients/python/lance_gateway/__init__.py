@@ -2,7 +2,8 @@
 
 `transaction()` hands pylance a namespace client that records each table's commit
 (CreateTableVersion) instead of sending it; leaving the block sends every recorded commit
-as one BatchCommitTables, which the gateway makes visible all at once or not at all.
+(and every deletion of old versions asked for with `Transaction.delete_versions`) as one
+BatchCommitTables, which the gateway makes visible all at once or not at all.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from lance.namespace import RestNamespace
 from lance_namespace import LanceNamespace
@@ -88,8 +89,9 @@ _Recording.__abstractmethods__ = frozenset()
 
 class Transaction:
     """One block's commits. `namespace` is the client to give pylance; after the block,
-    `transaction_id` names the batch (DescribeTransaction knows it) and `versions` maps
-    each table id (a tuple) to the version it got."""
+    `transaction_id` names the batch (DescribeTransaction knows it), `versions` maps each
+    table id (a tuple) to the version it got, and `deleted` each table whose old versions
+    the block deleted to how many went."""
 
     def __init__(self, uri: str, headers: Optional[Dict[str, str]] = None, timeout: float = 60.0,
                  **properties: str):
@@ -104,18 +106,31 @@ class Transaction:
         self.namespace: LanceNamespace = _Recording(self)
         self.transaction_id: Optional[str] = None
         self.versions: Dict[Tuple[str, ...], int] = {}
+        self.deleted: Dict[Tuple[str, ...], int] = {}
 
-    def _record(self, body: Dict[str, Any]) -> None:
+    def _record(self, body: Dict[str, Any], kind: str = "create_table_version") -> None:
         key = (tuple(body["id"]), body.get("branch") or "main")
         with self._lock:
             if self.transaction_id is not None:
                 raise TransactionError("this transaction has already been committed")
             if key in self._pending:
                 raise TransactionError(
-                    f"table {list(key[0])} already has a version in this transaction: "
-                    "write each table once per transaction"
+                    f"table {list(key[0])} is already changed in this transaction: "
+                    "write each table, or delete its versions, once per transaction"
                 )
-            self._pending[key] = body
+            self._pending[key] = {kind: body}
+
+    def delete_versions(self, table_id: Sequence[str], start: int, end: int = -1,
+                        branch: Optional[str] = None) -> None:
+        """Deletes the table's versions `start` up to `end` (excluded; -1 for no end) with
+        the block's commits: they go when the block's writes become visible, or not at all.
+        The gateway refuses the whole block if this would delete the table's latest or a
+        tagged version. Needs admin access to the table."""
+        body: Dict[str, Any] = {"id": list(table_id),
+                                "ranges": [{"start_version": start, "end_version": end}]}
+        if branch is not None:
+            body["branch"] = branch
+        self._record(body, "delete_table_versions")
 
     def commit(self) -> None:
         """Sends the recorded commits as one BatchCommitTables (nothing when none)."""
@@ -123,7 +138,7 @@ class Transaction:
             pending = list(self._pending.values())
         if not pending:
             return
-        body = json.dumps({"operations": [{"create_table_version": p} for p in pending]}).encode()
+        body = json.dumps({"operations": pending}).encode()
         request = urllib.request.Request(
             f"{self.uri}/v1/table/batch-commit", data=body, method="POST",
             headers={"content-type": "application/json", **self.headers})
@@ -143,6 +158,11 @@ class Transaction:
             raise TransactionError(f"could not reach the gateway: {e}") from e
         self.transaction_id = result.get("transaction_id")
         for sent, got in zip(pending, result.get("results", [])):
+            if "delete_table_versions" in sent:
+                table = tuple(sent["delete_table_versions"]["id"])
+                self.deleted[table] = (got.get("delete_table_versions") or {}).get("deleted_count", 0)
+                continue
+            sent = sent["create_table_version"]
             version = (got.get("create_table_version") or {}).get("version") or {}
             self.versions[tuple(sent["id"])] = version.get("version", sent["version"])
 
