@@ -14,7 +14,11 @@ each manifest, no catalog) on the same kind of store:
 
 Timings vary with the machine's load: read the figures, never test them. Usage:
   python bench/batch.py --old BIN --new BIN [--commits 100] [--batches 30] [--seconds 10]
-                        [--seaweedfs]
+                        [--seaweedfs] [--rounds 2] [--fs-sync false] [--dir /dev/shm]
+`--rounds` alternates the binaries that many times (old first, then new first, ...), and the
+single-table commit ratio is given per pair of rounds and as their median. On a local
+directory, `--fs-sync false` and `--dir /dev/shm` take the disk's flushes out of the figures,
+which otherwise swing a commit rate by a third between runs of one binary.
 """
 
 import argparse
@@ -100,6 +104,9 @@ def main():
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--seaweedfs", action="store_true", help="a bucket of SeaweedFS instead of a local directory")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds per binary, in alternating orders")
+    ap.add_argument("--fs-sync", choices=["true", "false"], help="the gateways' --fs-sync (local directory)")
+    ap.add_argument("--dir", help="where local warehouses and Lance's own table go (default: the temp dir)")
     args = ap.parse_args()
     wrk = shutil.which("wrk") or sys.exit("wrk not found: run bench/run (it installs wrk)")
     sw = None
@@ -113,16 +120,19 @@ def main():
     runs = {"old": [], "new": [], "lance": []}
     roots = []
     try:
-        for order in (("old", "new"), ("new", "old")):
+        for round_ in range(args.rounds):
+            order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
             for name in order:
                 port = free_port()
                 if sw:
                     base = [f"bench-{uuid.uuid4().hex[:8]}"]
                     where = ["--warehouse", "s3://", "--s3-endpoint", sw.endpoint, "--s3-region", "us-east-1"]
                 else:
-                    root = tempfile.mkdtemp(prefix="bench-batch-")
+                    root = tempfile.mkdtemp(prefix="bench-batch-", dir=args.dir)
                     roots.append(root)
                     base, where = [], ["--warehouse", root]
+                    if args.fs_sync:
+                        where += ["--fs-sync", args.fs_sync]
                 binary = args.old if name == "old" else args.new
                 argv = [binary, "serve", "--listen", f"127.0.0.1:{port}", *where, "--managed-versioning", "true"]
                 os.environ.update({k: v for k, v in env.items() if k.startswith(("AWS_", "RUST_LOG"))})
@@ -147,7 +157,7 @@ def main():
                            "aws_secret_access_key": seaweedfs.ADMIN_SECRET, "aws_region": "us-east-1",
                            "allow_http": "true"}
             else:
-                root = tempfile.mkdtemp(prefix="bench-direct-")
+                root = tempfile.mkdtemp(prefix="bench-direct-", dir=args.dir)
                 roots.append(root)
                 uri, options = os.path.join(root, "direct.lance"), None
             print("running lance by URI ...", file=sys.stderr, flush=True)
@@ -160,8 +170,15 @@ def main():
     mean = {name: {m: sum(r[m] for r in rs) / len(rs) for m in rs[0]} for name, rs in runs.items()}
     old, new, direct = mean["old"], mean["new"], mean["lance"]
     store = "SeaweedFS" if sw else "local directory"
+    if not sw and (args.fs_sync or args.dir):
+        store += f" (fs-sync {args.fs_sync or 'true'}, in {args.dir or tempfile.gettempdir()})"
     print(f"\nCommits through the log, {store}, {args.commits} pylance appends, "
-          f"wrk -t2 -c16 -d{args.seconds}s, mean of two rounds (old, new; then new, old)")
+          f"wrk -t2 -c16 -d{args.seconds}s, mean of {args.rounds} rounds in alternating orders")
+    m = "single-table commits (ops/s)"
+    pairs = [n[m] / o[m] for o, n in zip(runs["old"], runs["new"])]
+    print("single-table commits per round, new / old: "
+          + "; ".join(f"{n[m]:.1f} / {o[m]:.1f} ({n[m] / o[m]:.2f}x)" for o, n in zip(runs["old"], runs["new"]))
+          + f"; median ratio {sorted(pairs)[len(pairs) // 2]:.2f}x")
     print(f"{'metric':32} {'new':>10} {'old':>10} {'new/old':>8}")
     for metric in old:
         ratio = new[metric] / old[metric] if old[metric] else float("inf")
