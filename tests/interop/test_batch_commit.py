@@ -508,3 +508,68 @@ def test_a_batch_that_deletes_killed_after_its_commit_point(managed):
         if doomed.proc.poll() is None:
             doomed.proc.kill()
         assert survivor.stop() == 0
+
+
+def test_gateways_killed_at_random_moments_leave_every_deleting_batch_whole(managed):
+    """Batches that append to two tables and delete an old version of a third, each through
+    a gateway killed a random moment after it starts: afterwards the other gateway sees the
+    whole batch (both appends, the version gone) or none of it (no rows, the version there)."""
+    rng = random.Random(2112)
+    a, b, c = tables(managed, 3)
+    for start in (100, 200, 300):
+        lance.write_dataset(data(1, start=start), namespace_client=namespace(managed, "app"), table_id=c,
+                            mode="append")
+    survivor = start_beside(managed)
+    ops = {"x-api-key": managed["keys"]["ops"]}
+    outcomes = {"whole": 0, "none": 0}
+    try:
+        for round_ in range(8):
+            doomed = start_beside(managed)
+            marker = 2000 + 10 * round_
+            listed = versions_listed(managed, c)
+            victim = listed[0]
+            assert victim < listed[-1], listed
+            outcome = []
+
+            def run():
+                try:
+                    with transaction(doomed.uri, headers=ops) as tx:
+                        for tid in (a, b):
+                            lance.write_dataset(data(3, start=marker), namespace_client=tx.namespace,
+                                                table_id=tid, mode="append")
+                        tx.delete_versions(c, victim, victim + 1)
+                    outcome.append("committed")
+                except Exception as e:  # noqa: BLE001 - the gateway is killed under it
+                    outcome.append(e)
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            time.sleep(rng.uniform(0.0, 0.4))
+            doomed.proc.send_signal(signal.SIGKILL)
+            doomed.proc.wait()
+            thread.join(timeout=60)
+            counts = rows_of(managed, survivor, [a, b], marker)
+            ns = RestNamespace(uri=survivor.uri, **{"headers.x-api-key": managed["keys"]["viewer"]})
+            gone = victim not in [v.version for v in
+                                  ns.list_table_versions(ln.ListTableVersionsRequest(id=c)).versions]
+            assert (counts, gone) in (([3, 3], True), ([0, 0], False)), (round_, counts, gone, outcome)
+            if outcome == ["committed"]:
+                assert gone
+            outcomes["whole" if gone else "none"] += 1
+            # The next round's table c gets a version to delete; a lock left by a batch
+            # killed before its commit point holds the tables until the grace period passes.
+            deadline = time.time() + 10
+            while True:
+                try:
+                    with transaction(survivor.uri, headers=ops) as tx:
+                        for tid in (a, b, c):
+                            lance.write_dataset(data(1, start=marker + 5), namespace_client=tx.namespace,
+                                                table_id=tid, mode="append")
+                    break
+                except TransactionError as e:
+                    assert e.code == 14 and time.time() < deadline, e
+                    time.sleep(0.5)
+        fsck_clean(managed)
+    finally:
+        assert survivor.stop() == 0
+    print(f"deleting batches seen whole: {outcomes['whole']}, not at all: {outcomes['none']}")
