@@ -297,7 +297,8 @@ fn watch_files(grants: Arc<Grants>, keys: Option<Arc<ApiKeys>>, tls: Option<Arc<
     });
 }
 
-/// How long a graceful stop waits for work requests left after their answers.
+/// How long a graceful stop waits for catalog changes still running and for the work
+/// requests left after their answers.
 const AFTER_ANSWERS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Opens the catalog, starts the recovery sweeper and serves until SIGTERM or Ctrl-C.
@@ -394,9 +395,21 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     )
     .await;
     sweeper.abort();
-    after_answers
-        .finish_after_answers(AFTER_ANSWERS_GRACE)
-        .await;
+    // Changes whose clients went away run on (`api::detached`), and so may the work any
+    // request left after its answer: both are waited for, up to the grace.
+    let finished = async {
+        crate::api::detached_finished().await;
+        after_answers.finish_after_answers().await;
+    };
+    if tokio::time::timeout(AFTER_ANSWERS_GRACE, finished)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "stopping with catalog changes or work after answers unfinished; recovery will \
+             finish them"
+        );
+    }
     tracing::info!("lance-gateway stopped");
     Ok(())
 }

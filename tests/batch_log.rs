@@ -335,6 +335,12 @@ async fn deletes_in_batches(
         .unwrap_err();
     assert_eq!(err.code, Code::ConcurrentModification, "{err}");
     assert!(present(store, docs, &[1]).await[0]);
+    // Nothing may be tagged or branched from the version the deciding batch deletes.
+    let err = b.refuse_if_being_deleted(docs, None, 1).await.unwrap_err();
+    assert_eq!(err.code, Code::ConcurrentModification, "{err}");
+    b.refuse_if_being_deleted(docs, Some("main"), 2)
+        .await
+        .unwrap();
     let mut crashed = crashed;
     a.finish_transaction(&mut crashed, TxStatus::Succeeded, None, &BTreeMap::new())
         .await

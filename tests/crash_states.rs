@@ -146,11 +146,17 @@ impl World {
         ns
     }
 
+    /// Declares `id`, and waits for the work the declare leaves after its answer (removing
+    /// its committed entry, on a store that cannot publish in one step), so the states the
+    /// tests build are not raced by it.
     async fn declare(&self, id: &[String]) -> TableRecord {
-        self.cat
+        let record = self
+            .cat
             .declare_table(&Ctx::internal(), id, None, HashMap::new())
             .await
-            .unwrap()
+            .unwrap();
+        self.cat.finish_after_answers().await;
+        record
     }
 
     async fn put(&self, key: &str, value: &impl serde::Serialize) {

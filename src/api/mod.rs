@@ -268,9 +268,43 @@ where
     F: std::future::Future<Output = Result<T, Error>> + Send + 'static,
     T: Send + 'static,
 {
-    tokio::spawn(change)
-        .await
-        .map_err(|e| Error::internal("a catalog change failed", e))?
+    DETACHED_RUNNING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let running = Running;
+    tokio::spawn(async move {
+        let _running = running;
+        change.await
+    })
+    .await
+    .map_err(|e| Error::internal("a catalog change failed", e))?
+}
+
+/// How many catalog changes run detached (`detached`), and who waits for none to be left.
+static DETACHED_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static DETACHED_DONE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// One detached change, counted while it runs (its end is counted even if it panics).
+struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if DETACHED_RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            DETACHED_DONE.notify_waiters();
+        }
+    }
+}
+
+/// Waits until no catalog change runs detached: a graceful stop waits for changes whose
+/// clients went away, which the connections' drain does not.
+pub async fn detached_finished() {
+    loop {
+        let done = DETACHED_DONE.notified();
+        tokio::pin!(done);
+        done.as_mut().enable();
+        if DETACHED_RUNNING.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            return;
+        }
+        done.await;
+    }
 }
 
 /// The server version LanceDB's remote client reads from `phalanx-version` to decide which

@@ -34,12 +34,30 @@ use super::Catalog;
 use super::log::{Lock, LogState};
 use super::records::{TableRecord, now_ms};
 use super::transactions::{BatchItem, Transaction, TxStatus, Written};
-use super::versions::{CommittedVersion, NewVersion, Staging, check_ranges, versions_dir};
+use super::versions::{
+    CommittedVersion, NewVersion, Staging, check_ranges, version_of_file, versions_dir,
+};
 use crate::access::{Ctx, Level};
 use crate::error::{Code, Error, Result};
 
 /// The most entries one batch may hold.
 pub const MAX_ENTRIES: usize = 100;
+
+/// The most versions one entry of a batch may delete: its lock names each one, and every
+/// reader of the table reads the lock until the batch is settled.
+pub const MAX_DELETES: usize = 1000;
+
+/// Refuses a deletion larger than `MAX_DELETES`.
+fn check_deletes(doomed: &[String]) -> Result<()> {
+    if doomed.len() > MAX_DELETES {
+        return Err(Error::invalid(format!(
+            "a batch entry deletes at most {MAX_DELETES} versions ({} asked for): delete older \
+             ones with BatchDeleteTableVersions first",
+            doomed.len()
+        )));
+    }
+    Ok(())
+}
 
 /// How many times a table's lock is tried when rivals keep moving its head.
 const LOCK_TRIES: usize = 5;
@@ -304,8 +322,10 @@ impl Catalog {
                 let branch = branch.clone().filter(|b| !b.is_empty() && b != "main");
                 let dir = versions_dir(&record, branch.as_deref())?;
                 // Refused now, before anything is written, when it would be at the lock.
-                self.doomed_versions(&record, branch.as_deref(), ranges)
+                let doomed = self
+                    .doomed_versions(&record, branch.as_deref(), ranges)
                     .await?;
+                check_deletes(&doomed)?;
                 Ok(Entry {
                     record,
                     branch,
@@ -350,6 +370,7 @@ impl Catalog {
                         )));
                     }
                     let deletes = self.doomed_versions(&entry.record, branch, ranges).await?;
+                    check_deletes(&deletes)?;
                     let latest = stored.max(log.head.as_ref().map(|h| h.version));
                     let next = latest.unwrap_or(0) + 1;
                     (next, String::new(), String::new(), 0, deletes)
@@ -385,6 +406,34 @@ impl Catalog {
             "table '{}' kept changing while the batch tried to lock it; retry",
             self.show(&entry.record.id)
         )))
+    }
+
+    /// Refuses (409, code 14) to point a tag or a branch at `version` of the table's `branch`
+    /// while a batch still deciding would delete it. The log is settled first, so a deletion
+    /// already committed is finished and the version is gone for Lance to say so. A tag
+    /// written after this check and before a batch's lock is caught by the batch, which reads
+    /// the tags again when it locks.
+    pub async fn refuse_if_being_deleted(
+        &self,
+        record: &TableRecord,
+        branch: Option<&str>,
+        version: u64,
+    ) -> Result<()> {
+        let branch = branch.filter(|b| !b.is_empty() && *b != "main");
+        let log = self.settle_log(record, branch).await?;
+        if let Some(lock) = log.live_lock()
+            && lock
+                .deletes
+                .iter()
+                .any(|name| version_of_file(name) == Some(version))
+        {
+            return Err(conflict(format!(
+                "version {version} of table '{}' is being deleted by batch commit {}",
+                self.show(&record.id),
+                lock.transaction_id
+            )));
+        }
+        Ok(())
     }
 
     /// Writes the batch's decision, conditional on the record as the batch last saw it:

@@ -146,6 +146,20 @@ pub enum Published {
     Taken,
 }
 
+/// How far apart the clocks of gateways serving one warehouse may be, for telling whether a
+/// batch's settle may have finished while a read beside the head ran (`batch_settled_since`).
+const CLOCK_SLACK_MS: u64 = 5_000;
+
+/// Whether the settled head `log` was last moved by a batch's settle that may have finished
+/// after `since` (by the clock of whichever gateway settled it, give or take
+/// `CLOCK_SLACK_MS`). Only heads a batch moved, and only for moments after, so the second
+/// read it asks for is rare.
+fn batch_settled_since(log: &LogState, since: u64) -> bool {
+    log.head.as_ref().is_some_and(|h| {
+        h.transaction_id.is_some() && h.committed_at_ms.saturating_add(CLOCK_SLACK_MS) >= since
+    })
+}
+
 /// How a batch's record decides its locks.
 enum Decision {
     Committed,
@@ -262,11 +276,13 @@ impl Catalog {
     /// Deletes the final manifests `names` of the versions folder `dir` (a committed batch's
     /// deletions; repeating it is harmless).
     async fn delete_manifests(&self, dir: &str, names: &[String]) -> Result<()> {
-        futures::future::try_join_all(names.iter().map(|name| {
-            let key = format!("{dir}{name}");
-            async move { self.store.delete(&key, Condition::None).await }
-        }))
-        .await?;
+        for chunk in names.chunks(16) {
+            futures::future::try_join_all(chunk.iter().map(|name| {
+                let key = format!("{dir}{name}");
+                async move { self.store.delete(&key, Condition::None).await }
+            }))
+            .await?;
+        }
         Ok(())
     }
 
@@ -325,6 +341,11 @@ impl Catalog {
     /// newest version storage held when it was read (a listing, or a dataset opened at its
     /// latest version). A head whose version storage already holds needs no publishing, so
     /// the common case costs one read of the head beside `other` and no write.
+    ///
+    /// The answer says `worked` (read `other` again) also when a batch's settle, by anyone,
+    /// finished while `other` was read: `other` may then predate the batch's publish or its
+    /// deletions while the head already shows them settled, and a reader answering from it
+    /// could see this table old after another reader saw the batch's other tables new.
     pub async fn settle_beside<T>(
         &self,
         record: &TableRecord,
@@ -336,10 +357,17 @@ impl Catalog {
             Ok(key) => key,
             Err(e) => return (Err(e), other.await),
         };
+        let since = now_ms();
         let (first, other) = tokio::join!(self.read_head(&key, record), other);
         let published = seen(&other);
         let log = match first {
-            Ok(first) => self.settle_read(record, branch, first, published).await,
+            Ok(first) => self
+                .settle_read(record, branch, first, published)
+                .await
+                .map(|mut log| {
+                    log.worked |= batch_settled_since(&log, since);
+                    log
+                }),
             Err(e) => Err(e),
         };
         (log, other)
@@ -525,6 +553,26 @@ mod tests {
         let dev = Layout::head_key("b/", "b/t.lance", Some("feature/x"));
         assert!(dev.starts_with("b/.lance-gateway/commits/"), "{dev}");
         assert!(dev.ends_with("/@feature%2Fx/head.json"), "{dev}");
+    }
+
+    #[test]
+    fn a_read_beside_a_head_a_batch_just_settled_is_read_again() {
+        let now = now_ms();
+        let state = |transaction: Option<&str>, committed_at_ms: u64| LogState {
+            head: Some(Head {
+                transaction_id: transaction.map(str::to_string),
+                committed_at_ms,
+                ..Head::new("u", 3)
+            }),
+            ..Default::default()
+        };
+        // Settled by a batch while the read ran, or a moment before by a clock running late.
+        assert!(batch_settled_since(&state(Some("tx"), now), now));
+        assert!(batch_settled_since(&state(Some("tx"), now - 4_000), now));
+        // Long before the read, or moved by a single commit: the read stands.
+        assert!(!batch_settled_since(&state(Some("tx"), now - 60_000), now));
+        assert!(!batch_settled_since(&state(None, now), now));
+        assert!(!batch_settled_since(&LogState::default(), now));
     }
 
     #[test]

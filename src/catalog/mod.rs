@@ -223,21 +223,21 @@ impl Catalog {
         });
     }
 
-    /// Waits, up to `within`, for the work requests left after their answers; what is still
-    /// running then is stopped (recovery finishes it, as after a crash).
-    pub async fn finish_after_answers(&self, within: std::time::Duration) {
-        let mut tasks = std::mem::take(
-            &mut *self
-                .after_answers
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        let all = async { while tasks.join_next().await.is_some() {} };
-        if tokio::time::timeout(within, all).await.is_err() {
-            tracing::warn!(
-                left = tasks.len(),
-                "stopping with work after answers unfinished; recovery will finish it"
+    /// Waits for the work requests left after their answers, including work added while it
+    /// waits. A graceful stop bounds the wait; what is still running then is stopped with the
+    /// process, and recovery finishes it, as after a crash.
+    pub async fn finish_after_answers(&self) {
+        loop {
+            let mut tasks = std::mem::take(
+                &mut *self
+                    .after_answers
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
             );
+            if tasks.is_empty() {
+                return;
+            }
+            while tasks.join_next().await.is_some() {}
         }
     }
 

@@ -573,3 +573,45 @@ def test_gateways_killed_at_random_moments_leave_every_deleting_batch_whole(mana
     finally:
         assert survivor.stop() == 0
     print(f"deleting batches seen whole: {outcomes['whole']}, not at all: {outcomes['none']}")
+
+
+def test_no_tag_or_branch_from_a_version_a_deciding_batch_deletes(managed):
+    """While a batch that deletes a table's version 1 decides (paused after its locks), a tag
+    on version 1 and a branch from it are refused (409, code 14), and version 2 may be
+    tagged; once the batch commits, version 1 is gone and the tag on 2 stands."""
+    a, b = tables(managed, 2)
+    lance.write_dataset(data(2, start=100), namespace_client=namespace(managed, "app"), table_id=b, mode="append")
+    ops = {"x-api-key": managed["keys"]["ops"]}
+    slow = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": "locked",
+                                  "LANCE_GATEWAY_FAULT_BATCH_PAUSE_MS": "3000"})
+    outcome = []
+
+    def run():
+        try:
+            with transaction(slow.uri, headers=ops) as tx:
+                lance.write_dataset(data(3, start=700), namespace_client=tx.namespace, table_id=a, mode="append")
+                tx.delete_versions(b, 1, 2)
+            outcome.append(tx.deleted)
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        paused_at_fault(slow)
+        uri = managed["gw"].uri
+        status, body, _ = call(uri, "POST", f"/v1/table/{enc(b)}/tags/create", {"tag": "keep", "version": 1}, ops)
+        assert (status, body["code"]) == (409, 14), body
+        status, body, _ = call(uri, "POST", f"/v1/table/{enc(b)}/branches/create",
+                               {"name": "from-one", "from_version": 1}, ops)
+        assert (status, body["code"]) == (409, 14), body
+        status, body, _ = call(uri, "POST", f"/v1/table/{enc(b)}/tags/create", {"tag": "two", "version": 2}, ops)
+        assert status == 200, body
+        thread.join(timeout=60)
+        assert outcome == [{tuple(b): 1}], outcome
+        assert versions_listed(managed, b) == [2]
+        status, body, _ = call(uri, "POST", f"/v1/table/{enc(b)}/tags/list", {}, ops)
+        assert status == 200 and set(body["tags"]) == {"two"}, body
+    finally:
+        thread.join(timeout=60)
+        assert slow.stop() == 0

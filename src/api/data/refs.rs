@@ -325,6 +325,15 @@ async fn set_tag(
         .version
         .ok_or_else(|| Error::invalid("the request needs a version"))?;
     let branch = req.branch;
+    if state.catalog.managed_versioning()
+        && let Ok(number) = u64::try_from(version)
+    {
+        let record = state.catalog.describe_table(&ctx, &target.id).await?;
+        state
+            .catalog
+            .refuse_if_being_deleted(&record, branch.as_deref(), number)
+            .await?;
+    }
     let missing = tag.clone();
     on_branch(
         (&state, &ctx, &target),
@@ -445,6 +454,14 @@ pub async fn create_branch(
     let at = At::of(None, req.from_branch.as_deref())?;
     let from_version = At::of(req.from_version, None)?.version;
     let from_branch = at.branch.clone();
+    if state.catalog.managed_versioning()
+        && let Some(number) = from_version
+    {
+        state
+            .catalog
+            .refuse_if_being_deleted(&record, from_branch.as_deref(), number)
+            .await?;
+    }
     with_dataset(&state, &record, at, move |dataset| async move {
         refs::create_branch(dataset, &name, from_branch.as_deref(), from_version).await
     })
