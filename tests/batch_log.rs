@@ -248,7 +248,12 @@ fn version_of(done: &Done) -> u64 {
 async fn present(store: &Arc<dyn Store>, t: &TableRecord, versions: &[u64]) -> Vec<bool> {
     let mut out = Vec::new();
     for v in versions {
-        out.push(store.get(&final_key(t, *v)).await.unwrap().is_some());
+        let key = final_key(t, *v);
+        let found = store
+            .get(&key)
+            .await
+            .unwrap_or_else(|e| panic!("reading {key}: {e}"));
+        out.push(found.is_some());
     }
     out
 }
@@ -281,7 +286,7 @@ async fn deletes_in_batches(
             ],
         )
         .await
-        .unwrap();
+        .expect("a batch committing docs@4 and deleting dims' versions 1 and 2");
     assert_eq!(done[1], Done::Deleted(2));
     assert_eq!(version_of(&done[0]), 4);
     assert_eq!(present(store, dims, &[1, 2, 3]).await, [false, false, true]);
@@ -300,7 +305,7 @@ async fn deletes_in_batches(
             ],
         )
         .await
-        .unwrap_err();
+        .expect_err("a batch deleting dims' latest version was accepted");
     assert_eq!(err.code, Code::InvalidInput, "{err}");
     assert_eq!(visible(b, store, docs).await, 4);
     assert!(present(store, dims, &[3]).await[0]);
@@ -311,10 +316,15 @@ async fn deletes_in_batches(
     let crashed = a
         .begin_transaction(&docs.id, "batch_commit", "", BTreeMap::new())
         .await
-        .unwrap();
+        .expect("recording the batch that will crash");
     let key = Layout::head_key("", &docs.data_key, None);
-    let current = store.get(&key).await.unwrap().unwrap();
-    let mut head: Head = serde_json::from_slice(&current.body).unwrap();
+    let current = store
+        .get(&key)
+        .await
+        .unwrap_or_else(|e| panic!("reading {key}: {e}"))
+        .unwrap_or_else(|| panic!("docs has no head at {key} after its commits"));
+    let mut head: Head = serde_json::from_slice(&current.body)
+        .unwrap_or_else(|e| panic!("docs' head at {key} does not decode: {e}"));
     head.lock = Some(Lock {
         transaction_id: crashed.record.id.clone(),
         version: 5,
@@ -327,32 +337,38 @@ async fn deletes_in_batches(
     store
         .put(&key, encode(&head), Condition::IfMatch(current.etag))
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("writing the crashed batch's lock at {key}: {e}"));
     let rival = stage(b, store, docs, 5, "docs@5 rival").await;
     let err = b
         .create_table_version(&ctx, &docs.id, rival.clone())
         .await
-        .unwrap_err();
+        .expect_err("a commit of the version a deciding batch holds was accepted");
     assert_eq!(err.code, Code::ConcurrentModification, "{err}");
     assert!(present(store, docs, &[1]).await[0]);
     // Nothing may be tagged or branched from the version the deciding batch deletes.
-    let err = b.refuse_if_being_deleted(docs, None, 1).await.unwrap_err();
+    let err = b
+        .refuse_if_being_deleted(docs, None, 1)
+        .await
+        .expect_err("version 1, which the deciding batch deletes, was let be tagged");
     assert_eq!(err.code, Code::ConcurrentModification, "{err}");
     b.refuse_if_being_deleted(docs, Some("main"), 2)
         .await
-        .unwrap();
+        .expect("version 2, which no batch deletes, may be tagged");
     let mut crashed = crashed;
     a.finish_transaction(&mut crashed, TxStatus::Succeeded, None, &BTreeMap::new())
         .await
-        .unwrap();
-    let log = b.settle_log(docs, None).await.unwrap();
+        .expect("writing the crashed batch's record Succeeded");
+    let log = b
+        .settle_log(docs, None)
+        .await
+        .expect("settling docs' head after the crashed batch committed");
     assert!(log.worked && log.live_lock().is_none());
     assert_eq!(log.version(), 4);
     assert_eq!(present(store, docs, &[1, 2, 4]).await, [false, true, true]);
     assert_eq!(
         b.create_table_version(&ctx, &docs.id, rival)
             .await
-            .unwrap()
+            .expect("version 5 once the deleting batch is settled")
             .version,
         5
     );

@@ -376,6 +376,23 @@ def test_the_gateways_own_writes_order_against_a_batch_through_the_log(managed):
         assert slow.stop() == 0
 
 
+def append_once_free(gw, headers, ids, start: int):
+    """Appends one row to every table of `ids` in one batch through `gw`, retrying while a
+    lock left by a batch killed before its commit point holds them (409, code 14: until the
+    grace period passes and the dead batch is failed), for at most 10 seconds."""
+    deadline = time.time() + 10
+    while True:
+        try:
+            with transaction(gw.uri, headers=headers) as tx:
+                for tid in ids:
+                    lance.write_dataset(data(1, start=start), namespace_client=tx.namespace, table_id=tid,
+                                        mode="append")
+            return
+        except TransactionError as e:
+            assert e.code == 14 and time.time() < deadline, e
+            time.sleep(0.5)
+
+
 def test_gateways_killed_at_random_moments_leave_every_batch_whole(managed):
     """A batch after batch through a gateway killed a random moment after it starts: after
     each, the other gateway sees the batch in every table or in none."""
@@ -400,19 +417,7 @@ def test_gateways_killed_at_random_moments_leave_every_batch_whole(managed):
             assert len(set(seen)) == 1, (round_, seen)
             if outcome and outcome[0][0] == "committed":
                 assert counts == [3, 3, 3]
-            # A lock left by a batch killed before its commit point holds the tables until
-            # the grace period passes.
-            deadline = time.time() + 10
-            while True:
-                try:
-                    with transaction(survivor.uri, headers={"x-api-key": managed["keys"]["app"]}) as tx:
-                        for tid in ids:
-                            lance.write_dataset(data(1, start=marker + 5), namespace_client=tx.namespace,
-                                                table_id=tid, mode="append")
-                    break
-                except TransactionError as e:
-                    assert e.code == 14 and time.time() < deadline, e
-                    time.sleep(0.5)
+            append_once_free(survivor, {"x-api-key": managed["keys"]["app"]}, ids, marker + 5)
         fsck_clean(managed)
     finally:
         assert survivor.stop() == 0
@@ -556,19 +561,8 @@ def test_gateways_killed_at_random_moments_leave_every_deleting_batch_whole(mana
             if outcome == ["committed"]:
                 assert gone
             outcomes["whole" if gone else "none"] += 1
-            # The next round's table c gets a version to delete; a lock left by a batch
-            # killed before its commit point holds the tables until the grace period passes.
-            deadline = time.time() + 10
-            while True:
-                try:
-                    with transaction(survivor.uri, headers=ops) as tx:
-                        for tid in (a, b, c):
-                            lance.write_dataset(data(1, start=marker + 5), namespace_client=tx.namespace,
-                                                table_id=tid, mode="append")
-                    break
-                except TransactionError as e:
-                    assert e.code == 14 and time.time() < deadline, e
-                    time.sleep(0.5)
+            # The next round's table c gets a version to delete.
+            append_once_free(survivor, ops, [a, b, c], marker + 5)
         fsck_clean(managed)
     finally:
         assert survivor.stop() == 0
