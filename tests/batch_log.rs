@@ -15,7 +15,9 @@ use lance_gateway::access::Ctx;
 use lance_gateway::catalog::batch::{Change, Done};
 use lance_gateway::catalog::layout::{Layout, Warehouse};
 use lance_gateway::catalog::log::{Head, Lock};
-use lance_gateway::catalog::records::{TableRecord, encode, now_ms};
+use lance_gateway::catalog::records::{
+    FORMAT_VERSION, Intent, IntentKind, Mark, TableRecord, encode, now_ms,
+};
 use lance_gateway::catalog::transactions::TxStatus;
 use lance_gateway::catalog::versions::{NamingScheme, NewVersion};
 use lance_gateway::catalog::{Catalog, CreateMode};
@@ -235,12 +237,13 @@ async fn rules(store: Arc<dyn Store>, warehouse: Warehouse) {
     assert!(store.get(&final_key(t2, 4)).await.unwrap().is_none());
 
     deletes_in_batches(&a, &b, &store, &tables).await;
+    tables_in_batches(&a, &b, &store, &ns, &tables[0]).await;
 }
 
 fn version_of(done: &Done) -> u64 {
     match done {
         Done::Version(v) => v.version,
-        Done::Deleted(n) => panic!("a deletion ({n} versions) where a version was expected"),
+        other => panic!("{other:?} where a version was expected"),
     }
 }
 
@@ -372,6 +375,312 @@ async fn deletes_in_batches(
             .version,
         5
     );
+}
+
+/// Whether table `id` is listed by `cat` in namespace `ns`.
+async fn listed(cat: &Catalog, ns: &[String], id: &[String]) -> bool {
+    let listing = cat
+        .list_tables(&Ctx::internal(), ns, None, None, true)
+        .await
+        .unwrap_or_else(|e| panic!("listing {ns:?}: {e}"));
+    listing.items.iter().any(|name| Some(name) == id.last())
+}
+
+/// The error `cat` answers a describe of table `id` with (none when it is there).
+async fn describe_error(cat: &Catalog, id: &[String]) -> Option<Code> {
+    cat.describe_table(&Ctx::internal(), id)
+        .await
+        .err()
+        .map(|e| e.code)
+}
+
+/// What a gateway that stops inside a batch leaves of a declare of `id` and a deregister of
+/// `gone` (a table that is there), both decided by batch `txid`: the declare's intent at its
+/// pending key, the deregister's intent at the other's pending key and the mark on its
+/// record naming it.
+async fn stage_by_hand(
+    cat: &Catalog,
+    store: &Arc<dyn Store>,
+    txid: &str,
+    id: &[String],
+    gone: &[String],
+) {
+    let (parent, name) = id.split_at(id.len() - 1);
+    let placed = cat.layout().place(parent).expect("placing the namespace");
+    let data_key = Layout::default_data_key(&placed, &name[0], "");
+    let record = TableRecord {
+        format_version: FORMAT_VERSION,
+        id: id.to_vec(),
+        uid: common::unique("u"),
+        location: cat.layout().uri_of(&data_key),
+        data_key,
+        created_at_ms: now_ms(),
+        properties: HashMap::new(),
+        origin: "declare".into(),
+        created_by: Some("gw-a".into()),
+        mark: None,
+        rev: common::unique("r"),
+    };
+    let mut declare = Intent::new(
+        record.uid.clone(),
+        "gw-a".into(),
+        IntentKind::CreateTable { record },
+    );
+    declare.batch = Some(txid.to_string());
+    let pending = cat.table_pending_key(id).unwrap();
+    store
+        .put(&pending, encode(&declare), Condition::IfAbsent)
+        .await
+        .unwrap_or_else(|e| panic!("staging the declare at {pending}: {e}"));
+    let key = cat.table_key(gone).unwrap();
+    let current = store
+        .get(&key)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no record at {key}"));
+    let record: TableRecord = serde_json::from_slice(&current.body).unwrap();
+    let op_id = common::unique("op");
+    let mut drop = Intent::new(
+        op_id.clone(),
+        "gw-a".into(),
+        IntentKind::DropTable {
+            record: record.clone(),
+            delete_data: false,
+        },
+    );
+    drop.batch = Some(txid.to_string());
+    let drop_key = cat.table_pending_key(gone).unwrap();
+    store
+        .put(&drop_key, encode(&drop), Condition::IfAbsent)
+        .await
+        .unwrap_or_else(|e| panic!("staging the deregister at {drop_key}: {e}"));
+    let marked = TableRecord {
+        mark: Some(Mark {
+            op_id,
+            intent: drop_key,
+            batch: Some(txid.to_string()),
+        }),
+        ..record
+    };
+    store
+        .put(&key, encode(&marked), Condition::IfMatch(current.etag))
+        .await
+        .unwrap_or_else(|e| panic!("marking {key}: {e}"));
+}
+
+/// A declare at the table's default folder, with no properties.
+fn declare() -> Change {
+    Change::Declare {
+        location: None,
+        properties: HashMap::new(),
+    }
+}
+
+/// Tables declared and deregistered inside batches (BatchCommitTables' declare_table and
+/// deregister_table): together with another table's version, seen by describe and listings
+/// from the commit point on; refused whole when one entry fails (nothing declared, nothing
+/// deregistered, names and folders free); and, when the batch's gateway died, rolled
+/// forward by the other gateway after the commit point, rolled back once the record is
+/// abandoned before it.
+async fn tables_in_batches(
+    a: &Arc<Catalog>,
+    b: &Arc<Catalog>,
+    store: &Arc<dyn Store>,
+    ns: &[String],
+    docs: &TableRecord,
+) {
+    let ctx = Ctx::internal();
+    let id = |name: &str| [ns.to_vec(), vec![name.to_string()]].concat();
+    let old = a
+        .declare_table(&ctx, &id("old"), None, HashMap::new())
+        .await
+        .expect("declaring old");
+    let next = visible(b, store, docs).await + 1;
+    let (txid, done) = a
+        .commit_batch(
+            &ctx,
+            vec![
+                (
+                    id("fresh"),
+                    Change::Declare {
+                        location: None,
+                        properties: HashMap::from([("k".to_string(), "v".to_string())]),
+                    },
+                ),
+                (
+                    docs.id.clone(),
+                    Change::Version(stage(a, store, docs, next, "docs next").await),
+                ),
+                (id("old"), Change::Deregister),
+            ],
+        )
+        .await
+        .expect("a batch declaring fresh, committing docs' next version, deregistering old");
+    assert!(
+        matches!(&done[0], Done::Declared(t) if t.id == id("fresh")),
+        "{done:?}"
+    );
+    assert_eq!(version_of(&done[1]), next);
+    assert!(
+        matches!(&done[2], Done::Deregistered(t) if t.uid == old.uid),
+        "{done:?}"
+    );
+    let fresh = b
+        .describe_table(&ctx, &id("fresh"))
+        .await
+        .expect("describing the table the batch declared");
+    assert_eq!(fresh.properties.get("k").map(String::as_str), Some("v"));
+    assert_eq!(
+        describe_error(b, &id("old")).await,
+        Some(Code::TableNotFound)
+    );
+    assert!(listed(b, ns, &id("fresh")).await && !listed(b, ns, &id("old")).await);
+    assert_eq!(visible(b, store, docs).await, next);
+    for gone in [id("fresh"), id("old")] {
+        let pending = a.table_pending_key(&gone).unwrap();
+        assert!(
+            body_at(store, &pending).await.is_none(),
+            "{pending} is left"
+        );
+    }
+    // The deregistered table's folder is free: another table may be declared at it.
+    b.declare_table(&ctx, &id("old-again"), Some(&old.location), HashMap::new())
+        .await
+        .expect("declaring a table at the deregistered table's folder");
+    let record = a.describe_transaction(&ctx, &txid).await.unwrap();
+    let summary = &record.results["versions"];
+    assert!(
+        summary.contains("fresh declares") && summary.contains("old deregisters"),
+        "{summary}"
+    );
+
+    // One entry out of line refuses the whole batch: nothing declared or deregistered.
+    let err = a
+        .commit_batch(
+            &ctx,
+            vec![
+                (id("never"), declare()),
+                (id("fresh"), Change::Deregister),
+                (
+                    docs.id.clone(),
+                    Change::Version(stage(a, store, docs, next + 2, "a hole").await),
+                ),
+            ],
+        )
+        .await
+        .expect_err("a batch with a version out of line was accepted");
+    assert_eq!(err.code, Code::ConcurrentModification, "{err}");
+    assert_eq!(
+        describe_error(b, &id("never")).await,
+        Some(Code::TableNotFound)
+    );
+    assert_eq!(describe_error(b, &id("fresh")).await, None);
+    let fresh_key = a.table_key(&id("fresh")).unwrap();
+    let fresh_now: TableRecord =
+        serde_json::from_str(&body_at(store, &fresh_key).await.unwrap()).unwrap();
+    assert!(fresh_now.mark.is_none(), "{fresh_now:?}");
+    for left in [id("never"), id("fresh")] {
+        let pending = a.table_pending_key(&left).unwrap();
+        assert!(
+            body_at(store, &pending).await.is_none(),
+            "{pending} is left"
+        );
+    }
+    // A deregister is the only change of its table in a batch, whichever comes first.
+    for deregister_first in [false, true] {
+        let mut entries = vec![
+            (
+                docs.id.clone(),
+                Change::Version(stage(a, store, docs, next + 1, "docs after").await),
+            ),
+            (docs.id.clone(), Change::Deregister),
+        ];
+        if deregister_first {
+            entries.reverse();
+        }
+        let err = a
+            .commit_batch(&ctx, entries)
+            .await
+            .expect_err("a batch committing to a table it deregisters was accepted");
+        assert_eq!(err.code, Code::InvalidInput, "{err}");
+    }
+    assert_eq!(visible(b, store, docs).await, next);
+    // A declare of a name that is taken refuses the batch too.
+    let err = a
+        .commit_batch(
+            &ctx,
+            vec![(id("fresh"), declare()), (id("never"), declare())],
+        )
+        .await
+        .expect_err("a batch declaring a table that exists was accepted");
+    assert_eq!(err.code, Code::TableAlreadyExists, "{err}");
+    assert_eq!(
+        describe_error(b, &id("never")).await,
+        Some(Code::TableNotFound)
+    );
+    b.declare_table(&ctx, &id("never"), None, HashMap::new())
+        .await
+        .expect("declaring the name a refused batch would have declared");
+
+    // A gateway dies inside a batch that declares late and deregisters fresh. While its
+    // record says Running (and is fresh), neither is seen and the names stay held.
+    let mut dying = a
+        .begin_transaction(&id("late"), "batch_commit", "", BTreeMap::new())
+        .await
+        .expect("recording the batch that will die");
+    stage_by_hand(a, store, &dying.record.id, &id("late"), &id("fresh")).await;
+    assert_eq!(
+        describe_error(b, &id("late")).await,
+        Some(Code::TableNotFound)
+    );
+    assert_eq!(describe_error(b, &id("fresh")).await, None);
+    assert!(!listed(b, ns, &id("late")).await && listed(b, ns, &id("fresh")).await);
+    // Its commit write landed: both are seen at once, before anyone finishes them.
+    a.finish_transaction(&mut dying, TxStatus::Succeeded, None, &BTreeMap::new())
+        .await
+        .expect("writing the dying batch's record Succeeded");
+    assert_eq!(describe_error(b, &id("late")).await, None);
+    assert_eq!(
+        describe_error(b, &id("fresh")).await,
+        Some(Code::TableNotFound)
+    );
+    assert!(listed(b, ns, &id("late")).await && !listed(b, ns, &id("fresh")).await);
+    // The next writer finishes them: fresh's name is free, late is published.
+    b.declare_table(&ctx, &id("fresh"), None, HashMap::new())
+        .await
+        .expect("declaring the name the committed batch deregistered");
+    let err = b
+        .declare_table(&ctx, &id("late"), None, HashMap::new())
+        .await
+        .expect_err("declaring the name the committed batch declared was accepted");
+    assert_eq!(err.code, Code::TableAlreadyExists, "{err}");
+    let late_key = a.table_key(&id("late")).unwrap();
+    assert!(
+        body_at(store, &late_key).await.is_some(),
+        "late is not published"
+    );
+
+    // A gateway dies before its batch's commit point: past the grace period its record is
+    // failed by the next writer, which finds the names as they were.
+    let dead = a
+        .begin_transaction(&id("ghost"), "batch_commit", "", BTreeMap::new())
+        .await
+        .expect("recording the batch that will die before committing");
+    stage_by_hand(a, store, &dead.record.id, &id("ghost"), &id("late")).await;
+    tokio::time::sleep(GRACE + Duration::from_millis(500)).await;
+    assert_eq!(
+        describe_error(b, &id("ghost")).await,
+        Some(Code::TableNotFound)
+    );
+    assert_eq!(describe_error(b, &id("late")).await, None);
+    b.declare_table(&ctx, &id("ghost"), None, HashMap::new())
+        .await
+        .expect("declaring the name the failed batch would have declared");
+    b.drop_table(&ctx, &id("late"), false)
+        .await
+        .expect("deregistering the table the failed batch would have deregistered");
+    let failed = b.describe_transaction(&ctx, &dead.record.id).await.unwrap();
+    assert_eq!(failed.status, TxStatus::Failed);
 }
 
 /// A single-table commit through the log, and the head it leaves: nothing writes the head

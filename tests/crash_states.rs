@@ -217,6 +217,7 @@ impl World {
         record.mark = Some(Mark {
             op_id: intent.op_id.clone(),
             intent: intent_key.to_string(),
+            batch: intent.batch.clone(),
         });
         self.put(&key, &record).await;
     }

@@ -9,7 +9,7 @@ use lance_namespace::models::{
     BatchCommitTablesRequest, BatchCommitTablesResponse, BatchCreateTableVersionsRequest,
     BatchCreateTableVersionsResponse, BatchDeleteTableVersionsRequest,
     BatchDeleteTableVersionsResponse, CommitTableResult, CreateTableVersionRequest,
-    CreateTableVersionResponse, TableVersion,
+    CreateTableVersionResponse, DeclareTableResponse, DeregisterTableResponse, TableVersion,
 };
 
 use super::extract::{JsonBody, Target};
@@ -127,22 +127,24 @@ pub async fn batch_create(
             .into_iter()
             .filter_map(|done| match done {
                 Done::Version(v) => Some(table_version(v)),
-                Done::Deleted(_) => None,
+                _ => None,
             })
             .collect(),
         ..Default::default()
     }))
 }
 
-/// BatchCommitTables: its `create_table_version` and `delete_table_versions` operations
-/// committed together (`catalog::batch`). Declares and deregisters are refused, the whole
-/// batch with them.
+/// BatchCommitTables: its operations (declare_table, create_table_version,
+/// delete_table_versions, deregister_table) committed together (`catalog::batch`). A
+/// declared table's answer vends storage options as DeclareTable's does.
 pub async fn batch_commit(
     State(state): State<AppState>,
     ctx: Ctx,
     JsonBody(req): JsonBody<BatchCommitTablesRequest>,
 ) -> Result<Json<BatchCommitTablesResponse>> {
     let mut entries = Vec::with_capacity(req.operations.len());
+    // Each declare's vend_credentials, in order.
+    let mut vend = Vec::new();
     for (i, op) in req.operations.into_iter().enumerate() {
         let at = format!("operations[{i}]");
         let kinds = [
@@ -171,37 +173,76 @@ pub async fn batch_commit(
                 ranges,
             };
             entries.push((required_id(&at, d.id)?, change));
-        } else {
-            return Err(Error::unsupported(format!(
-                "{at}: declare_table and deregister_table are not served inside a batch \
-                 commit (only create_table_version and delete_table_versions are); \
-                 declare or deregister on their own, before or after the batch"
-            )));
+        } else if let Some(d) = op.declare_table.map(|d| *d) {
+            vend.push(d.vend_credentials.unwrap_or(true));
+            let change = Change::Declare {
+                location: d.location.filter(|l| !l.is_empty()),
+                properties: d.properties.unwrap_or_default(),
+            };
+            entries.push((required_id(&at, d.id)?, change));
+        } else if let Some(d) = op.deregister_table.map(|d| *d) {
+            entries.push((required_id(&at, d.id)?, Change::Deregister));
         }
     }
-    let catalog = state.catalog.clone();
-    let (id, done) = detached(async move { catalog.commit_batch(&ctx, entries).await }).await?;
+    let (catalog, change_ctx) = (state.catalog.clone(), ctx.clone());
+    let (id, done) =
+        detached(async move { catalog.commit_batch(&change_ctx, entries).await }).await?;
+    let mut vend = vend.into_iter();
+    let mut results = Vec::with_capacity(done.len());
+    for done in done {
+        results.push(match done {
+            Done::Declared(record) => {
+                let level = state.catalog.access(&ctx, &record.id);
+                let vend = vend.next().unwrap_or(true);
+                // The batch has committed: a vending failure now leaves the options out
+                // rather than hide the commit behind an error.
+                let storage_options = match state.vendor.options(&ctx, &record, level, vend).await
+                {
+                    Ok(options) => Some(options),
+                    Err(e) => {
+                        tracing::warn!(table = ?record.id, error = %e, "a table declared in a committed batch is answered without storage options");
+                        None
+                    }
+                };
+                CommitTableResult {
+                    declare_table: Some(Box::new(DeclareTableResponse {
+                        location: Some(record.location),
+                        storage_options,
+                        properties: Some(record.properties),
+                        managed_versioning: Some(state.catalog.managed_versioning()),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }
+            }
+            Done::Deregistered(record) => CommitTableResult {
+                deregister_table: Some(Box::new(DeregisterTableResponse {
+                    id: Some(record.id),
+                    location: Some(record.location),
+                    properties: Some(record.properties),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+            Done::Version(v) => CommitTableResult {
+                create_table_version: Some(Box::new(CreateTableVersionResponse {
+                    version: Some(Box::new(table_version(v))),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+            Done::Deleted(count) => CommitTableResult {
+                delete_table_versions: Some(Box::new(BatchDeleteTableVersionsResponse {
+                    deleted_count: Some(count as i64),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+        });
+    }
     Ok(Json(BatchCommitTablesResponse {
         transaction_id: Some(id),
-        results: done
-            .into_iter()
-            .map(|done| match done {
-                Done::Version(v) => CommitTableResult {
-                    create_table_version: Some(Box::new(CreateTableVersionResponse {
-                        version: Some(Box::new(table_version(v))),
-                        ..Default::default()
-                    })),
-                    ..Default::default()
-                },
-                Done::Deleted(count) => CommitTableResult {
-                    delete_table_versions: Some(Box::new(BatchDeleteTableVersionsResponse {
-                        deleted_count: Some(count as i64),
-                        ..Default::default()
-                    })),
-                    ..Default::default()
-                },
-            })
-            .collect(),
+        results,
         ..Default::default()
     }))
 }

@@ -1,25 +1,34 @@
 //! Batch commits (BatchCreateTableVersions, BatchCommitTables): versions of several tables
 //! made visible together or not at all, for readers that resolve versions through the
-//! catalog (managed versioning). A batch's entry either commits a version of its table or
-//! deletes some of its versions (BatchCommitTables' `delete_table_versions`).
+//! catalog (managed versioning). A batch's entry commits a version of its table, deletes
+//! some of its versions (BatchCommitTables' `delete_table_versions`), or declares or
+//! deregisters the table (`declare_table`, `deregister_table`).
 //!
-//! The protocol, over the commit log of each table (`log`):
+//! The protocol, over the commit log of each table (`log`) and, for declares and
+//! deregisters, over the intents of the create and drop protocols (`intents`):
 //! 1. **Check** every entry before anything is written: the caller's grant (write to
-//!    commit, admin to delete versions), the staged manifest (in that table's own versions
-//!    folder, of that version, as large as said), the versions to delete (never the latest
-//!    or a tagged one), one entry per table.
+//!    commit or declare, admin to delete versions or deregister), the staged manifest (in
+//!    that table's own versions folder, of that version, as large as said), the versions to
+//!    delete (never the latest or a tagged one), the table to deregister (there), the
+//!    declare's properties and location, one entry per table.
 //! 2. **Record** the batch: a transaction record (`Running`, naming each table's version)
 //!    written create-if-absent. Its id is the answer's `transaction_id`.
 //! 3. **Lock** each table's head for its version (conditional on the head read, and only if
 //!    the version follows the newest in the log and in storage); a deleting entry locks the
 //!    next version and names, in its lock, the manifests it deletes (chosen again on the
-//!    listing read beside the head). A table that cannot be locked fails the batch: the
-//!    record is written `Failed` and every lock is removed.
+//!    listing read beside the head). A declare stages its create intent at the name's
+//!    pending key and a deregister its drop intent at the table's, with a mark on the
+//!    record, both naming the batch, whose record decides them (`Intent::batch`). A table
+//!    that cannot be locked or staged fails the batch: the record is written `Failed`,
+//!    every lock is removed and every staged intent rolled back.
 //! 4. **Commit**: the record goes from `Running` to `Succeeded`, conditional on the record as
 //!    the batch wrote it. This one write is the commit point for every table at once: from
-//!    it on, each lock stands for a committed version (`log`'s invariants).
+//!    it on, each lock stands for a committed version (`log`'s invariants), and each staged
+//!    intent for a committed declare or deregister (describe and listings read the batch's
+//!    record when they meet one).
 //! 5. **Publish**: each table's head is settled, which deletes the manifests its lock names,
-//!    copies its staged manifest to the final name and moves the head on. Anyone who reads
+//!    copies its staged manifest to the final name and moves the head on; each intent is
+//!    rolled forward (the table's record published, or deleted). Anyone who reads
 //!    a locked head does the same (managed readers settle before they answer), so a
 //!    batch whose gateway stopped after step 4 is finished by the next reader or writer of
 //!    each of its tables (and by the recovery sweep before its record is removed); one that
@@ -31,8 +40,9 @@ use std::sync::Arc;
 use futures::future::{join_all, try_join_all};
 
 use super::Catalog;
+use super::layout::Layout;
 use super::log::{Lock, LogState};
-use super::records::{TableRecord, now_ms};
+use super::records::{Intent, Properties, TableRecord, now_ms};
 use super::transactions::{BatchItem, Transaction, TxStatus, Written};
 use super::versions::{
     CommittedVersion, NewVersion, Staging, check_ranges, version_of_file, versions_dir,
@@ -73,14 +83,26 @@ pub enum Change {
         branch: Option<String>,
         ranges: Vec<(i64, i64)>,
     },
+    /// Declare the table (DeclareTable): it exists for readers from the batch's commit on.
+    Declare {
+        location: Option<String>,
+        properties: Properties,
+    },
+    /// Deregister the table (DeregisterTable; its data stays): gone for readers from the
+    /// batch's commit on.
+    Deregister,
 }
 
 /// What a batch's entry did, in its answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Done {
     Version(CommittedVersion),
     /// How many versions were deleted.
     Deleted(u64),
+    /// The table declared.
+    Declared(TableRecord),
+    /// The table deregistered, as it was.
+    Deregistered(TableRecord),
 }
 
 /// One entry of a batch, checked.
@@ -93,29 +115,63 @@ struct Entry {
 }
 
 enum Kind {
-    Version { staging: Staging, size: u64 },
-    Delete { ranges: Vec<(i64, i64)> },
+    Version {
+        staging: Staging,
+        size: u64,
+    },
+    Delete {
+        ranges: Vec<(i64, i64)>,
+    },
+    /// The entry's `record` is the table as the request places it (its id and data
+    /// folder), before it is staged.
+    Declare {
+        location: Option<String>,
+        properties: Properties,
+    },
+    Deregister,
+}
+
+/// What step 3 left of one entry.
+enum Locked {
+    /// Its table's head is locked; how many versions the lock deletes.
+    Head(u64),
+    /// Its intent (a declare or deregister) is staged at `key` (at `etag`), for the batch's
+    /// record to decide; `record` is the table it declares, or the one it deregisters.
+    Intent {
+        key: String,
+        etag: String,
+        intent: Intent,
+        record: TableRecord,
+    },
 }
 
 impl Entry {
     fn staging(&self) -> Option<&Staging> {
         match &self.kind {
             Kind::Version { staging, .. } => Some(staging),
-            Kind::Delete { .. } => None,
+            _ => None,
         }
+    }
+
+    /// Whether it locks its table's head (it commits or deletes versions).
+    fn locks_head(&self) -> bool {
+        matches!(self.kind, Kind::Version { .. } | Kind::Delete { .. })
     }
 
     /// The batch's record of it.
     fn item(&self) -> BatchItem {
-        let (version, deletes) = match &self.kind {
-            Kind::Version { staging, .. } => (staging.version, None),
-            Kind::Delete { ranges } => (0, Some(ranges.clone())),
+        let (version, deletes, change) = match &self.kind {
+            Kind::Version { staging, .. } => (staging.version, None, None),
+            Kind::Delete { ranges } => (0, Some(ranges.clone()), None),
+            Kind::Declare { .. } => (0, None, Some("declare".to_string())),
+            Kind::Deregister => (0, None, Some("deregister".to_string())),
         };
         BatchItem {
             table: self.record.id.clone(),
             branch: self.branch.clone(),
             version,
             deletes,
+            change,
         }
     }
 }
@@ -170,9 +226,19 @@ impl Catalog {
                 .map(|(id, req)| self.check_entry(ctx, id, req)),
         )
         .await?;
-        let mut tables = HashSet::new();
+        // One change per table folder and branch; a declare or deregister is the only change
+        // of its table (its branches included).
+        let (mut tables, mut ids, mut whole) = (HashSet::new(), HashSet::new(), HashSet::new());
         for entry in &checked {
-            if !tables.insert((entry.record.data_key.clone(), entry.branch.clone())) {
+            let folder = (entry.record.data_key.clone(), entry.branch.clone());
+            let id = entry.record.id.clone();
+            let twice = if entry.locks_head() {
+                whole.contains(&id)
+            } else {
+                ids.contains(&id) || !whole.insert(id.clone())
+            };
+            ids.insert(id);
+            if !tables.insert(folder) || twice {
                 return Err(Error::invalid(format!(
                     "table '{}' appears twice in the batch: one change per table (and branch)",
                     self.show(&entry.record.id)
@@ -184,9 +250,10 @@ impl Catalog {
         let items: Vec<BatchItem> = checked.iter().map(Entry::item).collect();
         let summary = items
             .iter()
-            .map(|i| match &i.deletes {
-                None => format!("{}@{}", self.show(&i.table), i.version),
-                Some(ranges) => {
+            .map(|i| match (&i.deletes, &i.change) {
+                (_, Some(change)) => format!("{} {change}s", self.show(&i.table)),
+                (None, None) => format!("{}@{}", self.show(&i.table), i.version),
+                (Some(ranges), None) => {
                     let ranges: Vec<String> = ranges
                         .iter()
                         .map(|(start, end)| match end {
@@ -210,16 +277,20 @@ impl Catalog {
         fault("recorded").await;
 
         // 3. Lock.
-        let locked = join_all(checked.iter().map(|e| self.lock_entry(e, &id))).await;
-        let mut deleted = Vec::with_capacity(locked.len());
-        for outcome in locked {
+        let outcomes = join_all(checked.iter().map(|e| self.lock_entry(e, &id))).await;
+        let mut locked = Vec::with_capacity(outcomes.len());
+        let mut failed = None;
+        for outcome in outcomes {
             match outcome {
-                Ok(count) => deleted.push(count),
+                Ok(l) => locked.push(l),
                 Err(error) => {
-                    self.abandon_batch(&mut tx, &checked, &error).await;
-                    return Err(error);
+                    failed.get_or_insert(error);
                 }
             }
+        }
+        if let Some(error) = failed {
+            self.abandon_batch(&mut tx, &checked, &locked, &error).await;
+            return Err(error);
         }
 
         fault("locked").await;
@@ -233,20 +304,17 @@ impl Catalog {
                 "batch commit {id} was failed before it committed (it outlasted the grace \
                  period, or was canceled); nothing of it is visible"
             ));
-            self.abandon_batch(&mut tx, &checked, &error).await;
+            self.abandon_batch(&mut tx, &checked, &locked, &error).await;
             return Err(error);
         }
 
         fault("committed").await;
 
         // 5. Publish (the tables one by one under fault injection, to stop between them).
-        let settled: Vec<LogState> = if fault_step().is_some() {
+        let settled: Vec<Option<LogState>> = if fault_step().is_some() {
             let mut settled = Vec::with_capacity(checked.len());
-            for entry in &checked {
-                settled.push(
-                    self.settle_log(&entry.record, entry.branch.as_deref())
-                        .await?,
-                );
+            for (entry, locked) in checked.iter().zip(&locked) {
+                settled.push(self.publish_entry(entry, locked).await?);
                 fault("published_one").await;
             }
             settled
@@ -254,14 +322,19 @@ impl Catalog {
             try_join_all(
                 checked
                     .iter()
-                    .map(|e| self.settle_log(&e.record, e.branch.as_deref())),
+                    .zip(&locked)
+                    .map(|(e, l)| self.publish_entry(e, l)),
             )
             .await?
         };
         let mut done = Vec::with_capacity(checked.len());
-        for ((entry, log), deleted) in checked.iter().zip(settled).zip(deleted) {
-            let Kind::Version { staging, size } = &entry.kind else {
-                done.push(Done::Deleted(deleted));
+        for ((entry, log), locked) in checked.iter().zip(settled).zip(locked) {
+            let (Kind::Version { staging, size }, Some(log)) = (&entry.kind, log) else {
+                done.push(match (&entry.kind, locked) {
+                    (Kind::Declare { .. }, Locked::Intent { record, .. }) => Done::Declared(record),
+                    (_, Locked::Intent { record, .. }) => Done::Deregistered(record),
+                    (_, Locked::Head(count)) => Done::Deleted(count),
+                });
                 continue;
             };
             let final_key = format!("{}{}", staging.dir, staging.manifest);
@@ -290,12 +363,69 @@ impl Catalog {
         Ok((id, done))
     }
 
-    /// Step 1 for one entry: what a CreateTableVersion or BatchDeleteTableVersions of it
-    /// would check.
+    /// Step 5 for one entry: its table's head settled (which publishes a committed lock),
+    /// or its intent settled by the batch's record (which publishes a declared table, or
+    /// deletes a deregistered one). A settle that fails here is left to the next reader or
+    /// writer of the table, or to recovery: the batch has committed all the same.
+    async fn publish_entry(&self, entry: &Entry, locked: &Locked) -> Result<Option<LogState>> {
+        match locked {
+            Locked::Head(_) => Ok(Some(
+                self.settle_log(&entry.record, entry.branch.as_deref())
+                    .await?,
+            )),
+            Locked::Intent {
+                key, etag, intent, ..
+            } => {
+                if let Err(e) = self
+                    .settle(key, super::records::Entry::Intent(intent.clone()), etag)
+                    .await
+                {
+                    tracing::warn!(table = %self.show(&entry.record.id), error = %e, "a committed batch's declare or deregister is left for the next reader or recovery to finish");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Step 1 for one entry: what a CreateTableVersion, BatchDeleteTableVersions,
+    /// DeclareTable or DeregisterTable of it would check.
     async fn check_entry(&self, ctx: &Ctx, id: &[String], change: &Change) -> Result<Entry> {
-        let record = self.describe_table(ctx, id).await?;
         match change {
+            Change::Declare {
+                location,
+                properties,
+            } => {
+                self.may_create_table(ctx, id)?;
+                super::policy::check(properties)?;
+                let (parent, name) = self.split_table(id)?;
+                let placed = self.layout.place(parent)?;
+                let data_key = match location {
+                    Some(loc) => self.layout.data_key_of(loc, &placed.cell)?,
+                    None => Layout::default_data_key(&placed, name, ""),
+                };
+                let record = self.probe_table(id, data_key, properties.clone(), "declare");
+                Ok(Entry {
+                    record,
+                    branch: None,
+                    dir: String::new(),
+                    kind: Kind::Declare {
+                        location: location.clone(),
+                        properties: properties.clone(),
+                    },
+                })
+            }
+            Change::Deregister => {
+                self.may_remove_table(ctx, id)?;
+                let record = self.describe_table(ctx, id).await?;
+                Ok(Entry {
+                    record,
+                    branch: None,
+                    dir: String::new(),
+                    kind: Kind::Deregister,
+                })
+            }
             Change::Version(req) => {
+                let record = self.describe_table(ctx, id).await?;
                 self.may_change_table(ctx, id, Level::Write, "committing a version")?;
                 let staging = self.staging_of(&record, req)?;
                 let key = format!("{}{}", staging.dir, staging.staged);
@@ -317,6 +447,7 @@ impl Catalog {
                 })
             }
             Change::DeleteVersions { branch, ranges } => {
+                let record = self.describe_table(ctx, id).await?;
                 self.may_change_table(ctx, id, Level::Admin, "deleting versions")?;
                 check_ranges(ranges)?;
                 let branch = branch.clone().filter(|b| !b.is_empty() && b != "main");
@@ -340,8 +471,47 @@ impl Catalog {
 
     /// Step 3 for one entry: its table's head locked by batch `id` for its version (or, for
     /// a deletion, the next version, with the manifests it deletes chosen on the listing
-    /// read beside the head). Answers how many versions it deletes.
-    async fn lock_entry(&self, entry: &Entry, id: &str) -> Result<u64> {
+    /// read beside the head; the lock answers how many versions it deletes), or its declare
+    /// or deregister staged as an intent batch `id` decides.
+    async fn lock_entry(&self, entry: &Entry, id: &str) -> Result<Locked> {
+        match &entry.kind {
+            Kind::Declare {
+                location,
+                properties,
+            } => {
+                let staged = self
+                    .stage_table(
+                        &entry.record.id,
+                        location.as_deref(),
+                        properties.clone(),
+                        "declare",
+                        Some(id),
+                    )
+                    .await?;
+                return Ok(Locked::Intent {
+                    key: staged.pending_key,
+                    etag: staged.etag,
+                    intent: Self::batch_create_intent(&self.node, &staged.record, id),
+                    record: staged.record,
+                });
+            }
+            Kind::Deregister => {
+                let (key, etag, intent, record) =
+                    self.stage_deregister(&entry.record.id, id).await?;
+                return Ok(Locked::Intent {
+                    key,
+                    etag,
+                    intent,
+                    record,
+                });
+            }
+            Kind::Version { .. } | Kind::Delete { .. } => {}
+        }
+        self.lock_head(entry, id).await.map(Locked::Head)
+    }
+
+    /// `lock_entry` for an entry that commits or deletes versions.
+    async fn lock_head(&self, entry: &Entry, id: &str) -> Result<u64> {
         let branch = entry.branch.as_deref();
         let key = self.head_key_of(&entry.record, branch)?;
         for _ in 0..LOCK_TRIES {
@@ -360,6 +530,12 @@ impl Catalog {
                     }
                     let (manifest, staged) = (staging.manifest.clone(), staging.staged.clone());
                     (staging.version, manifest, staged, *size, Vec::new())
+                }
+                Kind::Declare { .. } | Kind::Deregister => {
+                    return Err(Error::internal(
+                        "a batch tried to lock a head for a declare or deregister",
+                        "those entries stage intents instead",
+                    ));
                 }
                 Kind::Delete { ranges } => {
                     if let Some(lock) = log.live_lock() {
@@ -465,10 +641,18 @@ impl Catalog {
         }
     }
 
-    /// A batch that will not commit: its record says `Failed` and its locks are removed
-    /// (settling a head whose batch failed removes the lock). Failures here are left to the
-    /// next settler, which finds the record failed or, failing that, abandoned.
-    async fn abandon_batch(&self, tx: &mut Transaction, entries: &[Entry], error: &Error) {
+    /// A batch that will not commit: its record says `Failed`, its locks are removed
+    /// (settling a head whose batch failed removes the lock) and its staged intents rolled
+    /// back (a declare's folder claim released, a deregister's mark removed). Failures here
+    /// are left to the next settler, which finds the record failed or, failing that,
+    /// abandoned.
+    async fn abandon_batch(
+        &self,
+        tx: &mut Transaction,
+        entries: &[Entry],
+        locked: &[Locked],
+        error: &Error,
+    ) {
         if let Err(e) = self
             .decide_batch(tx, TxStatus::Failed, Some(error.message.clone()))
             .await
@@ -476,12 +660,23 @@ impl Catalog {
             tracing::warn!(transaction = %tx.record.id, error = %e, "could not fail a batch commit");
             return;
         }
-        for entry in entries {
+        for entry in entries.iter().filter(|e| e.locks_head()) {
             if let Err(e) = self
                 .settle_log(&entry.record, entry.branch.as_deref())
                 .await
             {
                 tracing::warn!(transaction = %tx.record.id, error = %e, "could not remove a failed batch's lock");
+            }
+        }
+        for staged in locked {
+            if let Locked::Intent {
+                key, etag, intent, ..
+            } = staged
+                && let Err(e) = self
+                    .settle(key, super::records::Entry::Intent(intent.clone()), etag)
+                    .await
+            {
+                tracing::warn!(transaction = %tx.record.id, error = %e, "could not roll back a failed batch's declare or deregister");
             }
         }
     }

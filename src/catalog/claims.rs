@@ -131,6 +131,26 @@ impl Catalog {
         {
             return Ok(true);
         }
+        // A batch's deregister of the holder (its intent at the holder's pending key): the
+        // claim goes if the batch commits.
+        if let Some((
+            Entry::Intent(Intent {
+                kind:
+                    IntentKind::DropTable {
+                        record,
+                        delete_data: false,
+                    },
+                batch: Some(_),
+                ..
+            }),
+            _,
+        )) = self
+            .read_entry(&self.table_pending_key(&claim.table)?)
+            .await?
+            && record.uid == claim.uid
+        {
+            return Ok(true);
+        }
         let table_key = self.table_key(&claim.table)?;
         if self
             .read::<TableRecord>(&table_key)

@@ -33,6 +33,7 @@ use serde::Serialize;
 
 use super::Catalog;
 use super::layout::Layout;
+use super::log::Decision;
 use super::names::key_segment_decode;
 use super::records::*;
 use crate::access::Ctx;
@@ -479,17 +480,27 @@ impl Cell<'_> {
                 self.report.operations_in_flight += 1;
                 let idle_s = now_ms().saturating_sub(entry.alive_at_ms()) / 1000;
                 let age_s = now_ms().saturating_sub(entry.started_at_ms()) / 1000;
-                let settleable = entry.is_aborted() || cat.settleable_entry(&entry);
+                // An intent a batch decides waits on that batch's record, whatever its age.
+                let deciding = match &entry {
+                    Entry::Intent(intent) => match intent.deciding_batch() {
+                        Some(batch) => matches!(cat.decision(batch).await, Ok(Decision::Deciding))
+                            .then(|| batch.to_string()),
+                        None => None,
+                    },
+                    _ => None,
+                };
+                let settleable =
+                    deciding.is_none() && (entry.is_aborted() || cat.settleable_entry(&entry));
+                let waiting = match &deciding {
+                    Some(batch) => format!("; decided by batch commit {batch}, which is still deciding"),
+                    None if !settleable => "; within the grace period, so possibly live: settled by its gateway, or by repair once it is older".to_string(),
+                    None => String::new(),
+                };
                 let mut detail = format!(
-                    "{} (operation {}) by {}, started {age_s} s ago, last driven {idle_s} s ago{}",
+                    "{} (operation {}) by {}, started {age_s} s ago, last driven {idle_s} s ago{waiting}",
                     entry.name(),
                     entry.op_id(),
                     entry.owner().unwrap_or("a format-1 gateway"),
-                    if settleable {
-                        ""
-                    } else {
-                        "; within the grace period, so possibly live: settled by its gateway, or by repair once it is older"
-                    }
                 );
                 let mut repaired = false;
                 if self.how.repair && settleable {

@@ -5,6 +5,7 @@
 //! same entry at once.
 
 use super::layout::Layout;
+use super::log::Decision;
 use super::records::*;
 use super::{Catalog, Slot};
 use crate::error::{Error, Result};
@@ -36,7 +37,14 @@ pub(crate) enum Rival {
 impl Catalog {
     /// Whether an entry may be settled by whoever finds it: nobody has driven it for the
     /// grace period, or this node wrote it in an earlier run.
+    /// An intent a batch decides may be settled by anyone at any time: settling reads the
+    /// batch's record, and leaves the intent alone while the batch is deciding.
     pub(crate) fn settleable_entry(&self, entry: &Entry) -> bool {
+        if let Entry::Intent(intent) = entry
+            && intent.deciding_batch().is_some()
+        {
+            return true;
+        }
         self.settleable(entry.owner(), entry.started_at_ms(), entry.alive_at_ms())
     }
 
@@ -103,6 +111,9 @@ impl Catalog {
                 self.abort_create(key, etag, record).await
             }
             Entry::StagedNamespace(_) => Ok(self.remove(key, etag).await?),
+            Entry::Intent(intent) if intent.deciding_batch().is_some() => {
+                self.settle_by_batch(key, intent, etag).await
+            }
             Entry::Intent(intent) if intent.state == IntentState::Aborted => {
                 self.finish_abort(key, &intent, etag).await?;
                 Ok(true)
@@ -127,33 +138,7 @@ impl Catalog {
                 }
                 Ok(true)
             }
-            Entry::Intent(mut intent) => {
-                if let Some(s) = &intent.settler
-                    && !self.settleable(
-                        Some(&s.node),
-                        s.since_ms,
-                        s.since_ms.max(intent.alive_at_ms()),
-                    )
-                {
-                    // Another settler (of this gateway too) is finishing it.
-                    return Ok(false);
-                }
-                intent.settler = Some(Settler {
-                    node: self.node.clone(),
-                    since_ms: now_ms(),
-                });
-                intent.renewed_at_ms = Some(now_ms());
-                let etag = match self
-                    .write(key, encode(&intent), Condition::IfMatch(etag.to_string()))
-                    .await
-                {
-                    Ok(e) => e,
-                    Err(StoreError::PreconditionFailed) => return Ok(false),
-                    Err(e) => return Err(e.into()),
-                };
-                self.roll_forward(key, &mut intent, etag).await?;
-                Ok(true)
-            }
+            Entry::Intent(intent) => self.take_over(key, intent, etag).await,
             Entry::LegacyPending(pending) => {
                 self.settle_legacy_pending(key, &pending, etag).await?;
                 Ok(true)
@@ -174,6 +159,124 @@ impl Catalog {
         }
     }
 
+    /// Finishes a committed intent after taking it over (a conditional write naming this
+    /// gateway its settler, so two settlers never roll one forward at once). `Ok(false)` when
+    /// it changed meanwhile or another settler is on it.
+    async fn take_over(&self, key: &str, mut intent: Intent, etag: &str) -> Result<bool> {
+        if let Some(s) = &intent.settler
+            && !self.settleable(
+                Some(&s.node),
+                s.since_ms,
+                s.since_ms.max(intent.alive_at_ms()),
+            )
+        {
+            // Another settler (of this gateway too) is finishing it.
+            return Ok(false);
+        }
+        intent.settler = Some(Settler {
+            node: self.node.clone(),
+            since_ms: now_ms(),
+        });
+        intent.renewed_at_ms = Some(now_ms());
+        let etag = match self
+            .write(key, encode(&intent), Condition::IfMatch(etag.to_string()))
+            .await
+        {
+            Ok(e) => e,
+            Err(StoreError::PreconditionFailed) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        self.roll_forward(key, &mut intent, etag).await?;
+        Ok(true)
+    }
+
+    /// Settles an intent a batch decides (a declare or deregister inside BatchCommitTables)
+    /// by the batch's record: committed, it is written committed as it is taken over and
+    /// rolled forward like any committed intent; failed, canceled or gone, it is rolled back
+    /// (a declare's folder claim released, a deregister's mark removed); still deciding, it
+    /// is left (`Ok(false)`). A batch abandoned before its commit write is failed first.
+    async fn settle_by_batch(&self, key: &str, mut intent: Intent, etag: &str) -> Result<bool> {
+        let batch = intent.batch.clone().unwrap_or_default();
+        for _ in 0..2 {
+            match self.decision(&batch).await? {
+                Decision::Deciding => return Ok(false),
+                Decision::Abandoned(tx_key, tx_etag, record) => {
+                    self.abort_abandoned(&tx_key, tx_etag, record).await?;
+                }
+                Decision::Committed => {
+                    intent.state = IntentState::Committed;
+                    return self.take_over(key, intent, etag).await;
+                }
+                Decision::Aborted => {
+                    return match &intent.kind {
+                        IntentKind::CreateTable { record } => {
+                            // The claim first: an entry left behind is settled again.
+                            let cell = self.cell_of(&record.id)?;
+                            self.release_location(&cell, &record.data_key, &record.uid)
+                                .await?;
+                            Ok(self.remove(key, etag).await?)
+                        }
+                        IntentKind::DropTable { record, .. } => {
+                            // As any rollback: the intent first, then its mark.
+                            if !self.remove(key, etag).await? {
+                                return Ok(false);
+                            }
+                            self.unmark_table(&record.id, &intent.op_id).await?;
+                            Ok(true)
+                        }
+                        _ => Ok(self.remove(key, etag).await?),
+                    };
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Settles the entry at table `id`'s pending key if batch `batch` (with `None`, any
+    /// batch) decided it (still deciding, or taken over since): the recovery sweep of a
+    /// committed batch, and a writer that finds the table arriving by a batch. `Ok(true)`
+    /// when it settled.
+    pub(crate) async fn settle_batch_entry(
+        &self,
+        id: &[String],
+        batch: Option<&str>,
+    ) -> Result<bool> {
+        let key = self.table_pending_key(id)?;
+        match self.read_entry(&key).await? {
+            Some((Entry::Intent(intent), etag))
+                if intent
+                    .batch
+                    .as_deref()
+                    .is_some_and(|b| batch.is_none_or(|want| want == b)) =>
+            {
+                self.settle(&key, Entry::Intent(intent), &etag).await
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Whether a table record is gone for readers: deregistered by a batch that has
+    /// committed, and not yet deleted by whoever rolls that batch forward. Reads the batch's
+    /// record only for a record a batch marks.
+    pub(crate) async fn departed(&self, table: &TableRecord) -> Result<bool> {
+        let Some(mark) = table.mark.as_ref().filter(|m| m.batch.is_some()) else {
+            return Ok(false);
+        };
+        if self
+            .batch_committed(mark.batch.as_deref().unwrap_or_default())
+            .await?
+        {
+            return Ok(true);
+        }
+        // Taken over already (written committed), its roll forward cut short: its batch's
+        // record may be gone since.
+        Ok(matches!(
+            self.read_entry(&mark.intent).await?,
+            Some((Entry::Intent(intent), _))
+                if intent.op_id == mark.op_id && intent.state == IntentState::Committed
+        ))
+    }
+
     /// Gives up a create that has not committed, whoever finds it: a conditional rewrite
     /// of the staged record as `aborted` (the same object the create commits on, so only
     /// one of the two happens) keeps the decision written while the folder claim is
@@ -192,6 +295,7 @@ impl Catalog {
             state: IntentState::Aborted,
             settler: None,
             renewed_at_ms: None,
+            batch: None,
             kind: IntentKind::CreateTable { record },
         };
         match self
@@ -459,6 +563,16 @@ impl Catalog {
         let Some((entry, _)) = self.read_entry(&self.table_pending_key(id)?).await? else {
             return Ok(None);
         };
+        if let Entry::Intent(intent) = &entry
+            && let Some(batch) = intent.deciding_batch()
+        {
+            return Ok(match &intent.kind {
+                IntentKind::CreateTable { record } if self.batch_committed(batch).await? => {
+                    Some(record.clone())
+                }
+                _ => None,
+            });
+        }
         let Some(record) = entry.committed_table() else {
             return Ok(None);
         };
@@ -532,10 +646,23 @@ impl Catalog {
                     op_id,
                     ..
                 }) => {
-                    if let IntentKind::RenameTable { from, .. } = kind {
-                        // The name is the rename's once its source is gone: help that along
-                        // rather than claim the name is taken while readers cannot see it.
-                        self.delete_marked_table(from, op_id).await?;
+                    match kind {
+                        IntentKind::RenameTable { from, .. } => {
+                            // The name is the rename's once its source is gone: help that
+                            // along rather than claim the name is taken while readers cannot
+                            // see it.
+                            self.delete_marked_table(from, op_id).await?;
+                        }
+                        IntentKind::DropTable { record, .. } => {
+                            // A batch's deregister, being finished: the name is leaving, so
+                            // take its deciding step and wait for the entry to go.
+                            self.delete_marked_table(&record.id, op_id).await?;
+                            if !patience.wait().await {
+                                return Ok(Rival::Busy);
+                            }
+                            continue;
+                        }
+                        _ => {}
                     }
                     return Ok(Rival::Committed);
                 }

@@ -8,6 +8,8 @@
 //! snapshot: a page holds every name that existed throughout the request and no name that
 //! did not exist at some moment during it.
 
+use std::collections::HashSet;
+
 use futures::future::join_all;
 
 use super::layout::Layout;
@@ -188,9 +190,30 @@ impl Catalog {
         Ok(out)
     }
 
-    /// What a pending entry makes visible before its record is published.
+    /// What a pending entry makes visible before its record is published (or, for a
+    /// batch's deregister, hides before its record is deleted).
     async fn visible_arrival(&self, entry: &Entry) -> Result<Option<TableOrNamespace>> {
+        if let Entry::Intent(intent) = entry
+            && let Some(batch) = intent.deciding_batch()
+        {
+            if !self.batch_committed(batch).await? {
+                return Ok(None);
+            }
+            return Ok(match &intent.kind {
+                IntentKind::CreateTable { record } => {
+                    Some(TableOrNamespace::Table(Box::new(record.clone())))
+                }
+                IntentKind::DropTable { .. } => Some(TableOrNamespace::Departed),
+                _ => None,
+            });
+        }
         Ok(match entry {
+            // Only a batch's deregister waits at its table's pending key.
+            Entry::Intent(Intent {
+                state: IntentState::Committed,
+                kind: IntentKind::DropTable { .. },
+                ..
+            }) => Some(TableOrNamespace::Departed),
             Entry::Intent(Intent {
                 state: IntentState::Committed,
                 kind: IntentKind::CreateNamespace { .. },
@@ -233,6 +256,10 @@ impl Catalog {
         Fut: std::future::Future<Output = Result<bool>>,
     {
         let limit = limit.unwrap_or(usize::MAX);
+        let (departed, arrivals) = departures(arrivals, |key| {
+            Layout::name_of(key, key_suffix(key))
+                .map(|name| format!("{prefix}{}.json", key_segment(&name)))
+        });
         let mut after = token.map(|t| format!("{prefix}{}.json", key_segment(t)));
         let mut found: Vec<Found> = Vec::new();
         let more = loop {
@@ -245,6 +272,9 @@ impl Catalog {
                 let Some(name) = Layout::name_of(key, ".json") else {
                     continue;
                 };
+                if departed.contains(key) {
+                    continue;
+                }
                 if keep(name.clone(), key.clone(), None).await? {
                     // Sorted by key, the order the store lists in and start-after skips by.
                     found.push(Found {
@@ -270,7 +300,7 @@ impl Catalog {
             }
             let record = match arriving {
                 TableOrNamespace::Table(r) => Some(*r),
-                TableOrNamespace::Namespace => None,
+                TableOrNamespace::Namespace | TableOrNamespace::Departed => None,
             };
             if keep(name.clone(), String::new(), record).await? {
                 found.push(Found { sort, shown: name });
@@ -338,6 +368,10 @@ impl Catalog {
                     None,
                 )
                 .await?;
+            let (departed, arrivals) = departures(arrivals, |key| {
+                Layout::pending_table_rel_of(&cell, key)
+                    .map(|rel| Layout::table_key_of_rel(&cell, &rel))
+            });
             let mut after = after_key.clone();
             let first_in_cell = found.len();
             let cell_more = loop {
@@ -350,6 +384,9 @@ impl Catalog {
                     let Some(rel) = Layout::table_rel_of(&cell, key) else {
                         continue;
                     };
+                    if departed.contains(key) {
+                        continue;
+                    }
                     let full = full_id(rel);
                     if self.sees_table(ctx, &full)
                         && self
@@ -409,6 +446,24 @@ impl Catalog {
 pub(crate) enum TableOrNamespace {
     Table(Box<TableRecord>),
     Namespace,
+    /// A table a committed batch deregisters, whose record is not deleted yet: not listed.
+    Departed,
+}
+
+/// Splits the record keys of departed tables (by `record_key`, from a pending key) from
+/// the arrivals proper.
+fn departures(
+    arrivals: Vec<(String, TableOrNamespace)>,
+    record_key: impl Fn(&str) -> Option<String>,
+) -> (HashSet<String>, Vec<(String, TableOrNamespace)>) {
+    let (departed, arrivals): (Vec<_>, Vec<_>) = arrivals
+        .into_iter()
+        .partition(|(_, a)| matches!(a, TableOrNamespace::Departed));
+    let departed = departed
+        .iter()
+        .filter_map(|(key, _)| record_key(key))
+        .collect();
+    (departed, arrivals)
 }
 
 fn key_suffix(key: &str) -> &'static str {

@@ -160,8 +160,8 @@ fn batch_settled_since(log: &LogState, since: u64) -> bool {
     })
 }
 
-/// How a batch's record decides its locks.
-enum Decision {
+/// How a batch's record decides its locks (and the intents it decides).
+pub(crate) enum Decision {
     Committed,
     Aborted,
     Deciding,
@@ -287,7 +287,7 @@ impl Catalog {
     }
 
     /// How the record of batch `id` decides its locks.
-    async fn decision(&self, id: &str) -> Result<Decision> {
+    pub(crate) async fn decision(&self, id: &str) -> Result<Decision> {
         let Ok((_, key)) = locate(&self.layout, id) else {
             return Ok(Decision::Aborted);
         };
@@ -309,7 +309,7 @@ impl Catalog {
 
     /// Decides a batch whose gateway stopped before its commit write: `Failed`, conditional
     /// on the record as read (its commit, if it comes after all, then fails instead).
-    async fn abort_abandoned(
+    pub(crate) async fn abort_abandoned(
         &self,
         key: &str,
         etag: String,
@@ -525,13 +525,25 @@ impl Catalog {
         })
     }
 
-    /// Settles the tables of a committed batch (the recovery sweep, before the batch's
-    /// record is removed). Tables gone since are skipped.
+    /// Whether batch `id` has committed (its record says `Succeeded`). Reads only: a batch
+    /// still deciding, or abandoned and not yet failed, has not.
+    pub(crate) async fn batch_committed(&self, id: &str) -> Result<bool> {
+        Ok(matches!(self.decision(id).await?, Decision::Committed))
+    }
+
+    /// Settles the tables of committed batch `id` (the recovery sweep, before the batch's
+    /// record is removed): the heads it locked, and the declares and deregisters it decides.
+    /// Tables gone since are skipped.
     pub(crate) async fn settle_batch_items(
         &self,
+        id: &str,
         items: &[super::transactions::BatchItem],
     ) -> Result<()> {
         for item in items {
+            if item.change.is_some() {
+                self.settle_batch_entry(&item.table, Some(id)).await?;
+                continue;
+            }
             if let Some((record, _)) = self.read_table(&item.table).await? {
                 self.settle_log(&record, item.branch.as_deref()).await?;
             }

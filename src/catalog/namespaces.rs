@@ -494,6 +494,12 @@ impl Catalog {
                                 record.id.clone()
                             }
                             IntentKind::CreateNamespace { record } => record.id.clone(),
+                            IntentKind::DropTable { record, .. } => {
+                                // A committed batch's deregister being finished: its table
+                                // is leaving; take the deciding step, safe for anyone now.
+                                self.delete_marked_table(&record.id, op_id).await?;
+                                break;
+                            }
                             _ => break,
                         };
                         return Ok(Some(Child::Arriving(child)));
@@ -674,6 +680,7 @@ impl Catalog {
             mark: Some(Mark {
                 op_id,
                 intent: intent_key.clone(),
+                batch: None,
             }),
             ..record.clone()
         }

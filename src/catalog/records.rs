@@ -30,6 +30,10 @@ pub struct Mark {
     pub op_id: String,
     /// The key of the operation's intent.
     pub intent: String,
+    /// The batch commit whose record decides the operation (`Intent::batch`), if any: a
+    /// reader takes the record for gone once that batch has committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -144,6 +148,13 @@ pub struct Intent {
     /// for abandoned while they run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renewed_at_ms: Option<u64>,
+    /// The batch commit (its transaction id) whose record decides this intent while it is
+    /// `prepared`: a table declared or deregistered inside BatchCommitTables. Such an intent
+    /// commits when the batch's record says `Succeeded` and is given up when it says
+    /// anything else final (or is gone); whoever finds it settles it by that record, never
+    /// by its own age (`Catalog::settle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
     #[serde(flatten)]
     pub kind: IntentKind,
 }
@@ -185,8 +196,16 @@ impl Intent {
             state: IntentState::Prepared,
             settler: None,
             renewed_at_ms: None,
+            batch: None,
             kind,
         }
+    }
+
+    /// The batch whose record decides this intent, while it is undecided itself.
+    pub fn deciding_batch(&self) -> Option<&str> {
+        self.batch
+            .as_deref()
+            .filter(|_| self.state == IntentState::Prepared)
     }
 
     /// The last time the operation was known to be driven.

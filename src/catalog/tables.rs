@@ -21,6 +21,15 @@ use crate::access::Ctx;
 use crate::error::{Error, Result};
 use crate::store::{Condition, StoreError};
 
+/// A create staged and checked, not committed (`Catalog::stage_table`).
+pub(crate) struct Staged {
+    pub pending_key: String,
+    pub final_key: String,
+    /// The staged entry's.
+    pub etag: String,
+    pub record: TableRecord,
+}
+
 /// What is left of a committed drop once its table is gone: deleting the data, then the
 /// folder claim and the intent.
 pub struct DataCleanup {
@@ -33,6 +42,19 @@ impl Catalog {
     pub(crate) async fn read_table(&self, id: &[String]) -> Result<Option<(TableRecord, String)>> {
         let key = self.table_key(id)?;
         self.read::<TableRecord>(&key).await
+    }
+
+    /// Table `id`'s record as readers see it: unmarked, and none when a batch that
+    /// deregisters it has committed (`departed`).
+    async fn visible_table(&self, id: &[String]) -> Result<Option<TableRecord>> {
+        match self.read_table(id).await? {
+            Some((table, _)) if self.departed(&table).await? => Ok(None),
+            Some((table, _)) => Ok(Some(TableRecord {
+                mark: None,
+                ..table
+            })),
+            None => Ok(None),
+        }
     }
 
     /// The error for a table that is not there: NamespaceNotFound when its namespace is
@@ -51,8 +73,7 @@ impl Catalog {
     /// namespace are read side by side.
     pub async fn describe_table(&self, ctx: &Ctx, id: &[String]) -> Result<TableRecord> {
         self.may_read_table(ctx, id)?;
-        if let Some((mut table, _)) = self.read_table(id).await? {
-            table.mark = None;
+        if let Some(table) = self.visible_table(id).await? {
             return Ok(table);
         }
         let (parent, _) = self.split_table(id)?;
@@ -62,8 +83,7 @@ impl Catalog {
             return Ok(table);
         }
         // A create or rename may have published and removed its entry between the reads.
-        if let Some((mut table, _)) = self.read_table(id).await? {
-            table.mark = None;
+        if let Some(table) = self.visible_table(id).await? {
             return Ok(table);
         }
         match namespace? {
@@ -120,19 +140,7 @@ impl Catalog {
         let (parent, _) = self.split_table(id)?;
         let placed = self.layout.place(parent)?;
         let data_key = self.layout.data_key_of(location, &placed.cell)?;
-        let probe = TableRecord {
-            format_version: FORMAT_VERSION,
-            id: id.to_vec(),
-            uid: String::new(),
-            location: self.layout.uri_of(&data_key),
-            data_key,
-            created_at_ms: 0,
-            properties: Properties::new(),
-            origin: String::new(),
-            created_by: None,
-            mark: None,
-            rev: String::new(),
-        };
+        let probe = self.probe_table(id, data_key, Properties::new(), "");
         if overwrite && let Some((existing, etag)) = self.read_for_update(id).await? {
             if existing.data_key == probe.data_key {
                 if !self.has_data(&probe).await? {
@@ -160,6 +168,45 @@ impl Catalog {
             .await
     }
 
+    /// Table `id` as a create would place it in folder `data_key`, before it is staged (no
+    /// uid, no times): what is checked before a create writes anything.
+    pub(crate) fn probe_table(
+        &self,
+        id: &[String],
+        data_key: String,
+        properties: Properties,
+        origin: &str,
+    ) -> TableRecord {
+        TableRecord {
+            format_version: FORMAT_VERSION,
+            id: id.to_vec(),
+            uid: String::new(),
+            location: self.layout.uri_of(&data_key),
+            data_key,
+            created_at_ms: 0,
+            properties,
+            origin: origin.to_string(),
+            created_by: None,
+            mark: None,
+            rev: String::new(),
+        }
+    }
+
+    /// Table `id`'s record ready to be removed (by a drop, a deregister, or a batch's
+    /// deregister): unmarked, at the ETag read, with whatever entry brought it to its name
+    /// cleared first (see `clear_arrival`).
+    async fn removable(&self, id: &[String]) -> Result<(TableRecord, String)> {
+        let Some((record, etag)) = self.read_for_update(id).await? else {
+            return Err(self.table_missing(id).await);
+        };
+        let record = TableRecord {
+            mark: None,
+            ..record
+        };
+        self.clear_arrival(id, &record.uid).await?;
+        Ok((record, etag))
+    }
+
     /// Creates table `id` (declare or register).
     async fn create_table(
         &self,
@@ -168,6 +215,77 @@ impl Catalog {
         properties: Properties,
         origin: &str,
     ) -> Result<TableRecord> {
+        let Staged {
+            pending_key,
+            final_key,
+            etag,
+            record,
+        } = self
+            .stage_table(id, location, properties, origin, None)
+            .await?;
+        // 3. Commit.
+        let kind = IntentKind::CreateTable {
+            record: record.clone(),
+        };
+        match self
+            .commit_create(
+                &pending_key,
+                &etag,
+                &final_key,
+                &record.uid,
+                record.created_at_ms,
+                kind,
+            )
+            .await
+        {
+            Ok(Commit::Done) => Ok(record),
+            Ok(Commit::Taken) => {
+                self.abandon_staged(&pending_key, &etag, Some(record)).await;
+                Err(Error::table_exists(&self.show(id)))
+            }
+            // Settled by someone who took it for abandoned (and released its claim): it
+            // did not happen.
+            Ok(Commit::Lost) => Err(self.busy("table", id)),
+            Err(e) => {
+                // Unknown: if the staged record is still ours it did not commit, and is
+                // aborted here (if the commit did land, the abort finds it changed).
+                self.abandon_staged(&pending_key, &etag, Some(record)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The intent a declare inside batch `batch` stages for `record`: prepared, decided by
+    /// the batch's record, with the record's uid for its id (as a staged record has).
+    pub(crate) fn batch_create_intent(node: &str, record: &TableRecord, batch: &str) -> Intent {
+        let mut intent = Intent::new(
+            record.uid.clone(),
+            node.to_string(),
+            IntentKind::CreateTable {
+                record: record.clone(),
+            },
+        );
+        intent.started_at_ms = record.created_at_ms;
+        intent.batch = Some(batch.to_string());
+        intent
+    }
+
+    /// A create's first two steps: the name reserved by the staged record at its pending
+    /// key, the namespace open, the data folder claimed and the name free. With `batch`, the
+    /// staged entry is an intent that batch's record decides (a declare inside
+    /// BatchCommitTables), which the batch commits with its other entries.
+    pub(crate) async fn stage_table(
+        &self,
+        id: &[String],
+        location: Option<&str>,
+        properties: Properties,
+        origin: &str,
+        batch: Option<&str>,
+    ) -> Result<Staged> {
+        let staged_body = |record: &TableRecord| match batch {
+            None => encode(record),
+            Some(batch) => encode(&Self::batch_create_intent(&self.node, record, batch)),
+        };
         let (parent, name) = self.split_table(id)?;
         super::policy::check(&properties)?;
         let placed = self.layout.place(parent)?;
@@ -199,7 +317,7 @@ impl Catalog {
             };
             // 1. Reserve the name: racing creates, namespace drops and recovery see it now.
             let mut etag = match self
-                .write(&pending_key, encode(&record), Condition::IfAbsent)
+                .write(&pending_key, staged_body(&record), Condition::IfAbsent)
                 .await
             {
                 Ok(etag) => etag,
@@ -244,7 +362,7 @@ impl Catalog {
                         etag = self
                             .write(
                                 &pending_key,
-                                encode(&record),
+                                staged_body(&record),
                                 Condition::IfMatch(etag.clone()),
                             )
                             .await?;
@@ -289,36 +407,12 @@ impl Catalog {
                 }
                 return Err(e);
             }
-            // 3. Commit.
-            let kind = IntentKind::CreateTable {
-                record: record.clone(),
-            };
-            return match self
-                .commit_create(
-                    &pending_key,
-                    &etag,
-                    &final_key,
-                    &uid,
-                    record.created_at_ms,
-                    kind,
-                )
-                .await
-            {
-                Ok(Commit::Done) => Ok(record),
-                Ok(Commit::Taken) => {
-                    self.abandon_staged(&pending_key, &etag, Some(record)).await;
-                    Err(Error::table_exists(&self.show(id)))
-                }
-                // Settled by someone who took it for abandoned (and released its claim): it
-                // did not happen.
-                Ok(Commit::Lost) => Err(self.busy("table", id)),
-                Err(e) => {
-                    // Unknown: if the staged record is still ours it did not commit, and is
-                    // aborted here (if the commit did land, the abort finds it changed).
-                    self.abandon_staged(&pending_key, &etag, Some(record)).await;
-                    Err(e)
-                }
-            };
+            return Ok(Staged {
+                pending_key,
+                final_key,
+                etag,
+                record,
+            });
         }
         Err(self.busy("table", id))
     }
@@ -335,6 +429,10 @@ impl Catalog {
         loop {
             let Some((table, etag)) = self.read::<TableRecord>(&key).await? else {
                 if self.arriving_table(id).await?.is_some() {
+                    // Declared by a committed batch: publish it now rather than wait.
+                    if self.settle_batch_entry(id, None).await? {
+                        continue;
+                    }
                     // Committed, about to be published: it exists, so wait for it.
                     if !patience.wait().await {
                         return Err(self.busy("table", id));
@@ -472,14 +570,7 @@ impl Catalog {
         let key = self.table_key(id)?;
         let cell = self.cell_of(id)?;
         for _attempt in 0..8 {
-            let Some((record, etag)) = self.read_for_update(id).await? else {
-                return Err(self.table_missing(id).await);
-            };
-            let record = TableRecord {
-                mark: None,
-                ..record
-            };
-            self.clear_arrival(id, &record.uid).await?;
+            let (record, etag) = self.removable(id).await?;
             // 1. The intent, so the mark can always be traced.
             let op_id = new_uid();
             let intent_key = Layout::drop_key(&cell, &op_id);
@@ -499,6 +590,7 @@ impl Catalog {
                 mark: Some(Mark {
                     op_id,
                     intent: intent_key.clone(),
+                    batch: None,
                 }),
                 ..record.clone()
             }
@@ -556,6 +648,78 @@ impl Catalog {
                 tracing::warn!(table = %self.show(id), error = %e, "drop cleanup incomplete; recovery will finish it");
             }
             return Ok((record, None));
+        }
+        Err(self.busy("table", id))
+    }
+
+    /// A deregister inside BatchCommitTables, up to its decision: its intent, which batch
+    /// `batch` decides, at the table's pending key (where listings look, so a committed
+    /// batch's deregister hides the table from them before its record goes), and the mark
+    /// on the record that names it. Answers the intent's key, its ETag, the intent and the
+    /// table as it was.
+    pub(crate) async fn stage_deregister(
+        &self,
+        id: &[String],
+        batch: &str,
+    ) -> Result<(String, String, Intent, TableRecord)> {
+        let key = self.table_key(id)?;
+        let pending_key = self.table_pending_key(id)?;
+        let mut patience = self.patience();
+        for _attempt in 0..64 {
+            let (record, etag) = self.removable(id).await?;
+            let op_id = new_uid();
+            let mut intent = Intent::new(
+                op_id.clone(),
+                self.node.clone(),
+                IntentKind::DropTable {
+                    record: record.clone(),
+                    delete_data: false,
+                },
+            );
+            intent.batch = Some(batch.to_string());
+            let intent_etag = match self
+                .write(&pending_key, encode(&intent), Condition::IfAbsent)
+                .await
+            {
+                Ok(e) => e,
+                Err(StoreError::PreconditionFailed) => {
+                    // Another operation on the name: settle it if that is due (a leftover,
+                    // a decided batch's), else wait a little for it.
+                    if let Some((entry, etag)) = self.read_entry(&pending_key).await?
+                        && (self.settleable_entry(&entry) || entry.is_aborted())
+                        && self.settle(&pending_key, entry, &etag).await?
+                    {
+                        continue;
+                    }
+                    if !patience.wait().await {
+                        return Err(self.busy("table", id));
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let marked = TableRecord {
+                mark: Some(Mark {
+                    op_id,
+                    intent: pending_key.clone(),
+                    batch: Some(batch.to_string()),
+                }),
+                ..record.clone()
+            }
+            .revised();
+            match self
+                .write(&key, encode(&marked), Condition::IfMatch(etag))
+                .await
+            {
+                Ok(_) => return Ok((pending_key, intent_etag, intent, record)),
+                Err(e) => {
+                    let _ = self.remove(&pending_key, &intent_etag).await;
+                    match e {
+                        StoreError::PreconditionFailed => continue,
+                        other => return Err(other.into()),
+                    }
+                }
+            }
         }
         Err(self.busy("table", id))
     }
@@ -629,6 +793,7 @@ impl Catalog {
                 mark: Some(Mark {
                     op_id: op_id.clone(),
                     intent: pending_key.clone(),
+                    batch: None,
                 }),
                 ..record.clone()
             }

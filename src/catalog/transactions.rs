@@ -99,6 +99,10 @@ pub struct BatchItem {
     /// entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletes: Option<Vec<(i64, i64)>>,
+    /// `declare` or `deregister` for an entry that creates or removes its table (version
+    /// 0); none for one that commits or deletes versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<String>,
 }
 
 /// A transaction as its owner holds it: the record and the ETag it was written at.
@@ -460,7 +464,7 @@ impl Catalog {
                     // A committed batch's versions outlive its record: any its gateway did
                     // not publish (it stopped) are published before the record goes.
                     if record.status == TxStatus::Succeeded {
-                        self.settle_batch_items(&record.batch).await?;
+                        self.settle_batch_items(&record.id, &record.batch).await?;
                     }
                     match self.store.delete(key, Condition::IfMatch(obj.etag)).await {
                         Ok(()) => removed += 1,

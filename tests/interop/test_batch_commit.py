@@ -194,11 +194,12 @@ def test_batches_that_are_not_commits_are_refused_whole(managed):
     assert (status, body["code"]) == (400, 13), body
     status, body, _ = batch_create(managed, [good_a], who="viewer")
     assert (status, body["code"]) == (403, 15), body
-    # Kinds a batch does not serve are refused with the batch.
+    # A deregister of a table that is not there refuses the batch with it.
+    missing = managed["base"] + ["no-such-table"]
     status, body, _ = call(managed["gw"].uri, "POST", "/v1/table/batch-commit",
-                           {"operations": [{"create_table_version": good_a}, {"deregister_table": {"id": b}}]},
-                           {"x-api-key": managed["keys"]["app"]})
-    assert (status, body["code"]) == (406, 0), body
+                           {"operations": [{"create_table_version": good_a}, {"deregister_table": {"id": missing}}]},
+                           {"x-api-key": managed["keys"]["ops"]})
+    assert (status, body["code"]) == (404, 4), body
     # None of it is visible: both tables at version 1.
     assert latest(managed, a) == 1 and latest(managed, b) == 1
     assert [n for n in objects.versions_folder(loc_a) if n.endswith(".manifest")] == [final_name(1)]
@@ -302,6 +303,57 @@ def paused_at_fault(gw):
     while "fault injection: pausing a batch commit" not in open(gw.log).read():
         assert time.time() < deadline, open(gw.log).read()[-3000:]
         time.sleep(0.05)
+
+
+def paused_after_locks(managed, batch, answer):
+    """Starts another gateway whose batches pause 3 s after their locks, and runs
+    `batch(tx)` in a transaction of the admin key through it, in a thread. Returns once the
+    batch is paused: the gateway, the thread, and a list that receives `answer(tx)` once the
+    batch commits (or the error)."""
+    slow = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": "locked",
+                                  "LANCE_GATEWAY_FAULT_BATCH_PAUSE_MS": "3000"})
+    outcome = []
+
+    def run():
+        try:
+            with transaction(slow.uri, headers={"x-api-key": managed["keys"]["ops"]}) as tx:
+                batch(tx)
+            outcome.append(answer(tx))
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            outcome.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        paused_at_fault(slow)
+    except BaseException:
+        thread.join(timeout=60)
+        slow.stop()
+        raise
+    return slow, thread, outcome
+
+
+def killed_at_fault(doomed, managed, batch):
+    """Runs `batch(tx)` inside a transaction of the admin key through `doomed` (a gateway
+    started with a fault step), SIGKILLs `doomed` once its batch stops at that step, and
+    checks that the client was not told the batch committed."""
+    outcome = []
+
+    def run():
+        try:
+            with transaction(doomed.uri, headers={"x-api-key": managed["keys"]["ops"]}) as tx:
+                batch(tx)
+            outcome.append("committed")
+        except Exception as e:  # noqa: BLE001 - the gateway is killed under it
+            outcome.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    paused_at_fault(doomed)
+    doomed.proc.send_signal(signal.SIGKILL)
+    doomed.proc.wait()
+    thread.join(timeout=60)
+    assert outcome and outcome[0] != "committed", outcome
 
 
 def rows_of(managed, gw, ids, marker: int) -> list[int]:
@@ -485,25 +537,12 @@ def test_a_batch_that_deletes_killed_after_its_commit_point(managed):
     lance.write_dataset(data(2, start=100), namespace_client=namespace(managed, "app"), table_id=b, mode="append")
     survivor = start_beside(managed)
     doomed = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": "committed"})
-    outcome = []
-
-    def run():
-        try:
-            with transaction(doomed.uri, headers={"x-api-key": managed["keys"]["ops"]}) as tx:
-                lance.write_dataset(data(3, start=700), namespace_client=tx.namespace, table_id=a, mode="append")
-                tx.delete_versions(b, 1, 2)
-            outcome.append("committed")
-        except Exception as e:  # noqa: BLE001 - the gateway is killed under it
-            outcome.append(e)
-
-    thread = threading.Thread(target=run)
-    thread.start()
     try:
-        paused_at_fault(doomed)
-        doomed.proc.send_signal(signal.SIGKILL)
-        doomed.proc.wait()
-        thread.join(timeout=60)
-        assert outcome and outcome[0] != "committed", outcome
+        def batch(tx):
+            lance.write_dataset(data(3, start=700), namespace_client=tx.namespace, table_id=a, mode="append")
+            tx.delete_versions(b, 1, 2)
+
+        killed_at_fault(doomed, managed, batch)
         ns = RestNamespace(uri=survivor.uri, **{"headers.x-api-key": managed["keys"]["viewer"]})
         listed = ns.list_table_versions(ln.ListTableVersionsRequest(id=b))
         assert [v.version for v in listed.versions] == [2]
@@ -576,23 +615,13 @@ def test_no_tag_or_branch_from_a_version_a_deciding_batch_deletes(managed):
     a, b = tables(managed, 2)
     lance.write_dataset(data(2, start=100), namespace_client=namespace(managed, "app"), table_id=b, mode="append")
     ops = {"x-api-key": managed["keys"]["ops"]}
-    slow = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": "locked",
-                                  "LANCE_GATEWAY_FAULT_BATCH_PAUSE_MS": "3000"})
-    outcome = []
 
-    def run():
-        try:
-            with transaction(slow.uri, headers=ops) as tx:
-                lance.write_dataset(data(3, start=700), namespace_client=tx.namespace, table_id=a, mode="append")
-                tx.delete_versions(b, 1, 2)
-            outcome.append(tx.deleted)
-        except Exception as e:  # noqa: BLE001 - reported below
-            outcome.append(e)
+    def batch(tx):
+        lance.write_dataset(data(3, start=700), namespace_client=tx.namespace, table_id=a, mode="append")
+        tx.delete_versions(b, 1, 2)
 
-    thread = threading.Thread(target=run)
-    thread.start()
+    slow, thread, outcome = paused_after_locks(managed, batch, lambda tx: tx.deleted)
     try:
-        paused_at_fault(slow)
         uri = managed["gw"].uri
         status, body, _ = call(uri, "POST", f"/v1/table/{enc(b)}/tags/create", {"tag": "keep", "version": 1}, ops)
         assert (status, body["code"]) == (409, 14), body
@@ -609,3 +638,151 @@ def test_no_tag_or_branch_from_a_version_a_deciding_batch_deletes(managed):
     finally:
         thread.join(timeout=60)
         assert slow.stop() == 0
+
+
+def listed_names(managed, who="viewer") -> set[str]:
+    """The tables ListTables shows in the fixture's namespace (declared ones too)."""
+    listed = namespace(managed, who).list_tables(ln.ListTablesRequest(id=managed["base"]))
+    return set(listed.tables)
+
+
+def described(gw_uri, managed, tid, who="viewer"):
+    """DescribeTable's status and body through the gateway at `gw_uri`."""
+    status, body, _ = call(gw_uri, "POST", f"/v1/table/{enc(tid)}/describe", {"id": tid},
+                           {"x-api-key": managed["keys"][who]})
+    return status, body
+
+
+def test_a_batch_declares_and_deregisters_tables_with_a_version(managed):
+    """BatchCommitTables with declare_table and deregister_table beside a pylance append:
+    the declared table exists (with its properties, and takes pylance's first write), the
+    deregistered one is gone from describe and listings with its data left in place, and
+    the appended rows are there, all from one transaction DescribeTransaction knows. A
+    block one of whose operations is refused commits none of them."""
+    a, old = tables(managed, 2)
+    fresh = table_id(managed, "fresh")
+    objects = Objects(managed)
+    old_location = describe(managed, old)["location"]
+    # The app may write and declare, not deregister: refused whole.
+    with pytest.raises(TransactionError) as refused:
+        with tx_of(managed, "app") as tx:
+            lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=a, mode="append")
+            tx.declare(fresh)
+            tx.deregister(old)
+    assert (refused.value.status, refused.value.code) == (403, 15), refused.value
+    assert latest(managed, a) == 1
+    assert described(managed["gw"].uri, managed, fresh)[0] == 404
+    assert old[-1] in listed_names(managed) and fresh[-1] not in listed_names(managed)
+    # Declaring a table that exists: refused whole (409, TableAlreadyExists).
+    with pytest.raises(TransactionError) as refused:
+        with tx_of(managed, "ops") as tx:
+            tx.declare(fresh)
+            tx.declare(a)
+    assert (refused.value.status, refused.value.code) == (409, 5), refused.value
+    assert described(managed["gw"].uri, managed, fresh)[0] == 404
+    # All three at once.
+    with tx_of(managed, "ops") as tx:
+        lance.write_dataset(data(3, start=50), namespace_client=tx.namespace, table_id=a, mode="append")
+        tx.declare(fresh, properties={"owner": "pipeline"})
+        tx.deregister(old)
+    assert tx.versions == {tuple(a): 2}
+    assert tx.declared[tuple(fresh)] and tx.deregistered == {tuple(old): old_location}
+    status, body = described(managed["gw"].uri, managed, fresh)
+    assert status == 200 and body["location"] == tx.declared[tuple(fresh)], body
+    assert body["properties"]["owner"] == "pipeline", body
+    assert described(managed["gw"].uri, managed, old)[0] == 404
+    names = listed_names(managed)
+    assert fresh[-1] in names and old[-1] not in names and a[-1] in names
+    # A deregister leaves the data where it was.
+    assert final_name(1) in objects.versions_folder(old_location)
+    # The declared table is an ordinary declared one: pylance writes its first version
+    # (through describe, as into any declared table).
+    ns = namespace(managed, "app")
+    lance.write_dataset(data(4), namespace_client=ns, table_id=fresh, mode="overwrite")
+    assert lance.dataset(namespace_client=namespace(managed, "viewer"), table_id=fresh).count_rows() == 4
+    assert lance.dataset(namespace_client=namespace(managed, "viewer"), table_id=a).count_rows() == 13
+    status, body, _ = call(managed["gw"].uri, "POST", f"/v1/transaction/{tx.transaction_id}/describe", {},
+                           {"x-api-key": managed["keys"]["ops"]})
+    assert status == 200 and body["status"] == "Succeeded", body
+    summary = body["properties"]["lance_gateway.versions"]
+    assert "declares" in summary and "deregisters" in summary, summary
+
+
+def test_a_deciding_batchs_declare_and_deregister_are_not_seen_until_it_commits(managed):
+    """While a batch that declares one table and deregisters another decides (paused after
+    its locks on another gateway), describe and ListTables show neither change and a plain
+    declare of the same name is refused (409); once it commits both show at once."""
+    (old,) = tables(managed, 1)
+    fresh = table_id(managed, "fresh")
+    ops = {"x-api-key": managed["keys"]["ops"]}
+
+    def batch(tx):
+        tx.declare(fresh)
+        tx.deregister(old)
+
+    slow, thread, outcome = paused_after_locks(managed, batch, lambda tx: (tx.declared, tx.deregistered))
+    try:
+        uri = managed["gw"].uri
+        assert described(uri, managed, fresh)[0] == 404
+        assert described(uri, managed, old)[0] == 200
+        names = listed_names(managed)
+        assert old[-1] in names and fresh[-1] not in names
+        status, body, _ = call(uri, "POST", f"/v1/table/{enc(fresh)}/declare", {"id": fresh}, ops)
+        assert status == 409, body
+        thread.join(timeout=60)
+        assert outcome and isinstance(outcome[0], tuple), outcome
+        status, body = described(uri, managed, fresh)
+        assert status == 200 and body["location"] == outcome[0][0][tuple(fresh)], body
+        assert described(uri, managed, old)[0] == 404
+        names = listed_names(managed)
+        assert fresh[-1] in names and old[-1] not in names
+    finally:
+        thread.join(timeout=60)
+        assert slow.stop() == 0
+
+
+@pytest.mark.parametrize("step", ["locked", "committed"])
+def test_a_gateway_killed_inside_a_batch_that_declares_and_deregisters(managed, step):
+    """A gateway SIGKILLed at `step` of a batch that appends to one table, declares another
+    and deregisters a third. Killed after the commit point, the other gateway sees all three
+    at once (describe, listings, rows), and its next declare of either name finishes what
+    the dead one left; killed before, it sees none of them and, past the grace period, the
+    names are as they were. fsck is clean after."""
+    a, old = tables(managed, 2)
+    fresh = table_id(managed, "fresh")
+    survivor = start_beside(managed)
+    doomed = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": step})
+    try:
+        def batch(tx):
+            lance.write_dataset(data(3, start=700), namespace_client=tx.namespace, table_id=a, mode="append")
+            tx.declare(fresh)
+            tx.deregister(old)
+
+        killed_at_fault(doomed, managed, batch)
+        committed = step == "committed"
+        ops = {"x-api-key": managed["keys"]["ops"]}
+        assert described(survivor.uri, managed, fresh)[0] == (200 if committed else 404)
+        assert described(survivor.uri, managed, old)[0] == (404 if committed else 200)
+        names = listed_names(managed)
+        assert (fresh[-1] in names, old[-1] in names) == (committed, not committed)
+        assert rows_of(managed, survivor, [a], 700) == ([3] if committed else [0])
+        if committed:
+            # The next declare of each name finishes the dead gateway's work.
+            status, body, _ = call(survivor.uri, "POST", f"/v1/table/{enc(fresh)}/declare", {"id": fresh}, ops)
+            assert (status, body.get("code")) == (409, 5), body
+            status, body, _ = call(survivor.uri, "POST", f"/v1/table/{enc(old)}/declare", {"id": old}, ops)
+            assert status == 200, body
+        else:
+            # Past the grace period the dead batch is failed: the appended table's next read
+            # drops its lock, and the names are free to change.
+            time.sleep(3.5)
+            assert rows_of(managed, survivor, [a], 700) == [0]
+            status, body, _ = call(survivor.uri, "POST", f"/v1/table/{enc(fresh)}/declare", {"id": fresh}, ops)
+            assert status == 200, body
+            status, body, _ = call(survivor.uri, "POST", f"/v1/table/{enc(old)}/deregister", {"id": old}, ops)
+            assert status == 200, body
+        fsck_clean(managed)
+    finally:
+        if doomed.proc.poll() is None:
+            doomed.proc.kill()
+        assert survivor.stop() == 0
