@@ -2,7 +2,8 @@
 
 `transaction()` hands pylance a namespace client that records each table's commit
 (CreateTableVersion) instead of sending it; leaving the block sends every recorded commit
-(and every deletion of old versions asked for with `Transaction.delete_versions`) as one
+(and every deletion of old versions, declare and deregister asked for with
+`Transaction.delete_versions`, `Transaction.declare` and `Transaction.deregister`) as one
 BatchCommitTables, which the gateway makes visible all at once or not at all.
 """
 
@@ -90,8 +91,9 @@ _Recording.__abstractmethods__ = frozenset()
 class Transaction:
     """One block's commits. `namespace` is the client to give pylance; after the block,
     `transaction_id` names the batch (DescribeTransaction knows it), `versions` maps each
-    table id (a tuple) to the version it got, and `deleted` each table whose old versions
-    the block deleted to how many went."""
+    table id (a tuple) to the version it got, `deleted` each table whose old versions the
+    block deleted to how many went, `declared` each table it declared to its location, and
+    `deregistered` each table it deregistered to the location it had."""
 
     def __init__(self, uri: str, headers: Optional[Dict[str, str]] = None, timeout: float = 60.0,
                  **properties: str):
@@ -107,6 +109,8 @@ class Transaction:
         self.transaction_id: Optional[str] = None
         self.versions: Dict[Tuple[str, ...], int] = {}
         self.deleted: Dict[Tuple[str, ...], int] = {}
+        self.declared: Dict[Tuple[str, ...], str] = {}
+        self.deregistered: Dict[Tuple[str, ...], str] = {}
 
     def _record(self, body: Dict[str, Any], kind: str = "create_table_version") -> None:
         key = (tuple(body["id"]), body.get("branch") or "main")
@@ -116,7 +120,8 @@ class Transaction:
             if key in self._pending:
                 raise TransactionError(
                     f"table {list(key[0])} is already changed in this transaction: "
-                    "write each table, or delete its versions, once per transaction"
+                    "write, declare, deregister or delete the versions of each table once "
+                    "per transaction"
                 )
             self._pending[key] = {kind: body}
 
@@ -131,6 +136,25 @@ class Transaction:
         if branch is not None:
             body["branch"] = branch
         self._record(body, "delete_table_versions")
+
+    def declare(self, table_id: Sequence[str], location: Optional[str] = None,
+                properties: Optional[Dict[str, str]] = None) -> None:
+        """Declares the table (a name and a data folder, no data) with the block's commits:
+        it exists for everyone from the moment they become visible, or never. Its data is
+        written after the block, like any declared table's. Needs write access."""
+        # Credentials are not asked for: the answer's storage options are not kept here.
+        body: Dict[str, Any] = {"id": list(table_id), "vend_credentials": False}
+        if location is not None:
+            body["location"] = location
+        if properties:
+            body["properties"] = dict(properties)
+        self._record(body, "declare_table")
+
+    def deregister(self, table_id: Sequence[str]) -> None:
+        """Deregisters the table (its data stays where it is) with the block's commits: it
+        is gone for everyone from the moment they become visible, or not at all. Needs admin
+        access."""
+        self._record({"id": list(table_id)}, "deregister_table")
 
     def commit(self) -> None:
         """Sends the recorded commits as one BatchCommitTables (nothing when none)."""
@@ -158,6 +182,14 @@ class Transaction:
             raise TransactionError(f"could not reach the gateway: {e}") from e
         self.transaction_id = result.get("transaction_id")
         for sent, got in zip(pending, result.get("results", [])):
+            if "declare_table" in sent:
+                table = tuple(sent["declare_table"]["id"])
+                self.declared[table] = (got.get("declare_table") or {}).get("location", "")
+                continue
+            if "deregister_table" in sent:
+                table = tuple(sent["deregister_table"]["id"])
+                self.deregistered[table] = (got.get("deregister_table") or {}).get("location", "")
+                continue
             if "delete_table_versions" in sent:
                 table = tuple(sent["delete_table_versions"]["id"])
                 self.deleted[table] = (got.get("delete_table_versions") or {}).get("deleted_count", 0)
