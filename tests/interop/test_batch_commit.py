@@ -333,10 +333,10 @@ def paused_after_locks(managed, batch, answer):
     return slow, thread, outcome
 
 
-def killed_at_fault(doomed, managed, batch):
-    """Runs `batch(tx)` inside a transaction of the admin key through `doomed` (a gateway
-    started with a fault step), SIGKILLs `doomed` once its batch stops at that step, and
-    checks that the client was not told the batch committed."""
+def batch_killed(doomed, managed, batch, wait) -> list:
+    """Runs `batch(tx)` inside a transaction of the admin key through `doomed`, in a thread,
+    SIGKILLs `doomed` once `wait()` returns, and answers what the client was told:
+    `["committed"]`, or the error."""
     outcome = []
 
     def run():
@@ -349,10 +349,17 @@ def killed_at_fault(doomed, managed, batch):
 
     thread = threading.Thread(target=run)
     thread.start()
-    paused_at_fault(doomed)
+    wait()
     doomed.proc.send_signal(signal.SIGKILL)
     doomed.proc.wait()
     thread.join(timeout=60)
+    return outcome
+
+
+def killed_at_fault(doomed, managed, batch):
+    """`batch_killed` for `doomed` started with a fault step: killed once its batch stops
+    there, and the client was not told the batch committed."""
+    outcome = batch_killed(doomed, managed, batch, lambda: paused_at_fault(doomed))
     assert outcome and outcome[0] != "committed", outcome
 
 
@@ -573,25 +580,14 @@ def test_gateways_killed_at_random_moments_leave_every_deleting_batch_whole(mana
             listed = versions_listed(managed, c)
             victim = listed[0]
             assert victim < listed[-1], listed
-            outcome = []
 
-            def run():
-                try:
-                    with transaction(doomed.uri, headers=ops) as tx:
-                        for tid in (a, b):
-                            lance.write_dataset(data(3, start=marker), namespace_client=tx.namespace,
-                                                table_id=tid, mode="append")
-                        tx.delete_versions(c, victim, victim + 1)
-                    outcome.append("committed")
-                except Exception as e:  # noqa: BLE001 - the gateway is killed under it
-                    outcome.append(e)
+            def batch(tx):
+                for tid in (a, b):
+                    lance.write_dataset(data(3, start=marker), namespace_client=tx.namespace, table_id=tid,
+                                        mode="append")
+                tx.delete_versions(c, victim, victim + 1)
 
-            thread = threading.Thread(target=run)
-            thread.start()
-            time.sleep(rng.uniform(0.0, 0.4))
-            doomed.proc.send_signal(signal.SIGKILL)
-            doomed.proc.wait()
-            thread.join(timeout=60)
+            outcome = batch_killed(doomed, managed, batch, lambda: time.sleep(rng.uniform(0.0, 0.4)))
             counts = rows_of(managed, survivor, [a, b], marker)
             ns = RestNamespace(uri=survivor.uri, **{"headers.x-api-key": managed["keys"]["viewer"]})
             gone = victim not in [v.version for v in
@@ -606,6 +602,62 @@ def test_gateways_killed_at_random_moments_leave_every_deleting_batch_whole(mana
     finally:
         assert survivor.stop() == 0
     print(f"deleting batches seen whole: {outcomes['whole']}, not at all: {outcomes['none']}")
+
+
+def declare_once_decided(gw, headers, tid):
+    """DeclareTable of `tid` through `gw`, retried while a batch killed before its commit
+    point still holds the name (409, code 14: until the grace period passes and the dead
+    batch is failed), for at most 10 seconds; answers the status and the error code."""
+    deadline = time.time() + 10
+    while True:
+        status, body, _ = call(gw.uri, "POST", f"/v1/table/{enc(tid)}/declare", {"id": tid}, headers)
+        if status != 409 or body.get("code") != 14:
+            return status, body.get("code")
+        assert time.time() < deadline, body
+        time.sleep(0.5)
+
+
+def test_gateways_killed_at_random_moments_leave_every_declaring_batch_whole(managed):
+    """Batches that append to one table, declare a new one and deregister another, each
+    through a gateway killed a random moment after it starts: afterwards the other gateway
+    sees the whole batch (the rows, the new table, the old one gone) or none of it, and its
+    next declare of either name settles what the dead gateway left (taken if the batch
+    committed, free if not, and the other way round for the deregistered name)."""
+    rng = random.Random(1701)
+    (a,) = tables(managed, 1)
+    olds = tables(managed, 8)
+    survivor = start_beside(managed)
+    ops = {"x-api-key": managed["keys"]["ops"]}
+    outcomes = {"whole": 0, "none": 0}
+    try:
+        for round_, old in enumerate(olds):
+            doomed = start_beside(managed)
+            marker = 3000 + 10 * round_
+            fresh = table_id(managed, f"fresh{round_}")
+
+
+            def batch(tx):
+                lance.write_dataset(data(3, start=marker), namespace_client=tx.namespace, table_id=a,
+                                    mode="append")
+                tx.declare(fresh)
+                tx.deregister(old)
+
+            outcome = batch_killed(doomed, managed, batch, lambda: time.sleep(rng.uniform(0.0, 0.2)))
+            seen = (rows_of(managed, survivor, [a], marker)[0],
+                    described(survivor.uri, managed, fresh)[0],
+                    described(survivor.uri, managed, old)[0])
+            assert seen in ((3, 200, 404), (0, 404, 200)), (round_, seen, outcome)
+            whole = seen[0] == 3
+            if outcome == ["committed"]:
+                assert whole
+            outcomes["whole" if whole else "none"] += 1
+            append_once_free(survivor, ops, [a], marker + 5)
+            assert declare_once_decided(survivor, ops, fresh) == ((409, 5) if whole else (200, None))
+            assert declare_once_decided(survivor, ops, old) == ((200, None) if whole else (409, 5))
+        fsck_clean(managed)
+    finally:
+        assert survivor.stop() == 0
+    print(f"declaring batches seen whole: {outcomes['whole']}, not at all: {outcomes['none']}")
 
 
 def test_no_tag_or_branch_from_a_version_a_deciding_batch_deletes(managed):
