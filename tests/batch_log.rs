@@ -427,18 +427,23 @@ async fn stage_by_hand(
         IntentKind::CreateTable { record },
     );
     declare.batch = Some(txid.to_string());
-    let pending = cat.table_pending_key(id).unwrap();
+    let pending = cat
+        .table_pending_key(id)
+        .unwrap_or_else(|e| panic!("the pending key of {id:?}: {e}"));
     store
         .put(&pending, encode(&declare), Condition::IfAbsent)
         .await
         .unwrap_or_else(|e| panic!("staging the declare at {pending}: {e}"));
-    let key = cat.table_key(gone).unwrap();
+    let key = cat
+        .table_key(gone)
+        .unwrap_or_else(|e| panic!("the record key of {gone:?}: {e}"));
     let current = store
         .get(&key)
         .await
-        .unwrap()
+        .unwrap_or_else(|e| panic!("reading {key}: {e}"))
         .unwrap_or_else(|| panic!("no record at {key}"));
-    let record: TableRecord = serde_json::from_slice(&current.body).unwrap();
+    let record: TableRecord = serde_json::from_slice(&current.body)
+        .unwrap_or_else(|e| panic!("the record at {key} does not decode: {e}"));
     let op_id = common::unique("op");
     let mut drop = Intent::new(
         op_id.clone(),
@@ -449,7 +454,9 @@ async fn stage_by_hand(
         },
     );
     drop.batch = Some(txid.to_string());
-    let drop_key = cat.table_pending_key(gone).unwrap();
+    let drop_key = cat
+        .table_pending_key(gone)
+        .unwrap_or_else(|e| panic!("the pending key of {gone:?}: {e}"));
     store
         .put(&drop_key, encode(&drop), Condition::IfAbsent)
         .await
@@ -537,7 +544,9 @@ async fn tables_in_batches(
     assert!(listed(b, ns, &id("fresh")).await && !listed(b, ns, &id("old")).await);
     assert_eq!(visible(b, store, docs).await, next);
     for gone in [id("fresh"), id("old")] {
-        let pending = a.table_pending_key(&gone).unwrap();
+        let pending = a
+            .table_pending_key(&gone)
+            .unwrap_or_else(|e| panic!("the pending key of {gone:?}: {e}"));
         assert!(
             body_at(store, &pending).await.is_none(),
             "{pending} is left"
@@ -547,7 +556,10 @@ async fn tables_in_batches(
     b.declare_table(&ctx, &id("old-again"), Some(&old.location), HashMap::new())
         .await
         .expect("declaring a table at the deregistered table's folder");
-    let record = a.describe_transaction(&ctx, &txid).await.unwrap();
+    let record = a
+        .describe_transaction(&ctx, &txid)
+        .await
+        .unwrap_or_else(|e| panic!("describing the committed batch {txid}: {e}"));
     let summary = &record.results["versions"];
     assert!(
         summary.contains("fresh declares") && summary.contains("old deregisters"),
@@ -575,12 +587,19 @@ async fn tables_in_batches(
         Some(Code::TableNotFound)
     );
     assert_eq!(describe_error(b, &id("fresh")).await, None);
-    let fresh_key = a.table_key(&id("fresh")).unwrap();
-    let fresh_now: TableRecord =
-        serde_json::from_str(&body_at(store, &fresh_key).await.unwrap()).unwrap();
+    let fresh_key = a
+        .table_key(&id("fresh"))
+        .unwrap_or_else(|e| panic!("the record key of fresh: {e}"));
+    let fresh_body = body_at(store, &fresh_key)
+        .await
+        .unwrap_or_else(|| panic!("fresh has no record at {fresh_key} after a refused batch"));
+    let fresh_now: TableRecord = serde_json::from_str(&fresh_body)
+        .unwrap_or_else(|e| panic!("the record at {fresh_key} does not decode: {e}"));
     assert!(fresh_now.mark.is_none(), "{fresh_now:?}");
     for left in [id("never"), id("fresh")] {
-        let pending = a.table_pending_key(&left).unwrap();
+        let pending = a
+            .table_pending_key(&left)
+            .unwrap_or_else(|e| panic!("the pending key of {left:?}: {e}"));
         assert!(
             body_at(store, &pending).await.is_none(),
             "{pending} is left"
@@ -654,7 +673,9 @@ async fn tables_in_batches(
         .await
         .expect_err("declaring the name the committed batch declared was accepted");
     assert_eq!(err.code, Code::TableAlreadyExists, "{err}");
-    let late_key = a.table_key(&id("late")).unwrap();
+    let late_key = a
+        .table_key(&id("late"))
+        .unwrap_or_else(|e| panic!("the record key of late: {e}"));
     assert!(
         body_at(store, &late_key).await.is_some(),
         "late is not published"
@@ -679,7 +700,10 @@ async fn tables_in_batches(
     b.drop_table(&ctx, &id("late"), false)
         .await
         .expect("deregistering the table the failed batch would have deregistered");
-    let failed = b.describe_transaction(&ctx, &dead.record.id).await.unwrap();
+    let failed = b
+        .describe_transaction(&ctx, &dead.record.id)
+        .await
+        .unwrap_or_else(|e| panic!("describing the failed batch {}: {e}", dead.record.id));
     assert_eq!(failed.status, TxStatus::Failed);
 }
 
