@@ -123,6 +123,9 @@ def rss_with_tables(binary, args, roots):
         names = [f"r{i:05d}" for i in range(args.rss_tables)]
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda w: metadata.declare_many(port, names[w::8], "bench"), range(8)))
+        # A fresh connection: the first one sat idle through the declares, past the gateway's
+        # keep-alive timeout, and the gateway has closed it.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         token = None
         while True:
             q = "limit=1000" + (f"&page_token={token}" if token else "")

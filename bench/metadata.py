@@ -253,6 +253,9 @@ def run_all(args, gateway_bin, wrk, rows, roots):
         names = [f"r{i:05d}" for i in range(args.rss_tables)]
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda w: declare_many(port, names[w::8], "bench"), range(8)))
+        # A fresh connection: the first one sat idle through the declares, past the gateway's
+        # keep-alive timeout, and the gateway has closed it.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         seen, token = 0, None
         while True:
             q = "limit=1000" + (f"&page_token={token}" if token else "")
