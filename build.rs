@@ -17,6 +17,15 @@
 //!   both in Debian bookworm, the image's base) for such a PIE build: written as classic
 //!   `RELA` entries the relocations fill 8.7 MB that the loader reads in whole; as `RELR`, a
 //!   few hundred kilobytes. A fixed-address binary has none, so there it changes nothing.
+//! - **The code a catalog runs, packed together.** Of the binary's 181 MB of code, a gateway
+//!   that starts and serves catalog requests on a local warehouse or S3 runs about 4 800
+//!   functions, 4 MB. Where the compiler leaves them they are spread over all of it, and the
+//!   kernel maps code in 64 KiB around each page first run, so an idle gateway held 15 MiB
+//!   of code resident. `link/hot-functions.txt` (written by `scripts/hot-functions`, which
+//!   records them under valgrind) has the linker (LLD, rustc's default on x86_64 Linux) put
+//!   those functions first, side by side. A name the binary no longer has (symbol names
+//!   carry a hash of their crate's build, so dependency updates rename them) is skipped
+//!   without a warning: a stale file costs memory, never the build.
 
 fn main() {
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
@@ -24,6 +33,15 @@ fn main() {
     if os == "linux" && env == "gnu" {
         println!("cargo:rustc-link-arg-bins=-no-pie");
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+        let order = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("link/hot-functions.txt");
+        if order.exists() {
+            println!(
+                "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
+                order.display()
+            );
+            println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+        }
+        println!("cargo:rerun-if-changed=link/hot-functions.txt");
     }
     println!("cargo:rerun-if-changed=build.rs");
 }
