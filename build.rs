@@ -35,9 +35,15 @@ fn main() {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
         let order = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("link/hot-functions.txt");
         if order.exists() {
+            // The linker reads a copy in the build's own folder: checkouts that share a target
+            // folder share this script's output too, and a path into one checkout would
+            // dangle once it is gone.
+            let copy = std::path::Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
+                .join("hot-functions.txt");
+            std::fs::copy(&order, &copy).expect("link/hot-functions.txt is copied to OUT_DIR");
             println!(
                 "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
-                order.display()
+                copy.display()
             );
             println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
         }

@@ -30,10 +30,11 @@ fn the_hot_function_list_names_the_binarys_own_functions() {
         .filter_map(|line| line.rsplit(' ').next())
         .collect();
     let missing: Vec<&&str> = wanted.iter().filter(|n| !defined.contains(**n)).collect();
-    // A few may go with an ordinary change of the gateway's own code (a generic instantiated
-    // with other types); a tenth means the dependencies moved under the file.
+    // A change of the gateway's own code renames some (its closures and the generics it
+    // instantiates): the batch declares of 2a6bc96 renamed 600 of these 4 815. Most of the
+    // list is the dependencies' code, so a quarter gone means they moved under the file.
     assert!(
-        missing.len() * 10 < wanted.len(),
+        missing.len() * 4 < wanted.len(),
         "{} of the {} functions in link/hot-functions.txt are not in the binary (first: {:?}); \
          run scripts/hot-functions (with SeaweedFS, as scripts/test-all starts it) and commit the file",
         missing.len(),
