@@ -7,7 +7,9 @@ gateway serves the same SeaweedFS in endpoint mode. For each catalog this runs:
   - the LanceDB scenario of tests/interop/test_lancedb.py,
   - the metadata benchmark of bench/metadata.py,
 and prints how far each scenario got and the benchmark ratios (gateway / SeaweedFS).
-Usage: python bench/compare_seaweedfs.py [--tables 500] [--seconds 10]
+With `--against BIN` (main's binary), a second gateway on the same SeaweedFS goes through
+the benchmark too, first, so a change is measured against main and SeaweedFS in one run.
+Usage: python bench/compare_seaweedfs.py [--tables 500] [--seconds 10] [--against BIN]
 """
 
 import argparse
@@ -55,14 +57,25 @@ def main():
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--skip-spark", action="store_true")
     ap.add_argument("--ratios", help="append the ratios to this file, as JSON lines (bench/guard)")
+    ap.add_argument("--against", help="main's binary, benchmarked on the same SeaweedFS in the same run")
     args = ap.parse_args()
     os.environ.update(KEYS)
     sw = seaweedfs.start(open_access=True)
-    gw = start_gateway(
-        ["--warehouse", "s3://", "--s3-endpoint", sw.endpoint, "--s3-region", "us-east-1"],
-        {**KEYS, "LANCE_GATEWAY_CREDENTIALS": "static", "LANCE_GATEWAY_CLIENT_ACCESS_KEY_ID": "any",
-         "LANCE_GATEWAY_CLIENT_SECRET_ACCESS_KEY": "anysecret", "RUST_LOG": "warn"},
-    )
+    gateway_args = ["--warehouse", "s3://", "--s3-endpoint", sw.endpoint, "--s3-region", "us-east-1"]
+    gateway_env = {**KEYS, "LANCE_GATEWAY_CREDENTIALS": "static", "LANCE_GATEWAY_CLIENT_ACCESS_KEY_ID": "any",
+                   "LANCE_GATEWAY_CLIENT_SECRET_ACCESS_KEY": "anysecret", "RUST_LOG": "warn"}
+    gw = start_gateway(gateway_args, gateway_env)
+    main_gw = None
+    if args.against:
+        built = os.environ.get("LANCE_GATEWAY_BIN")
+        os.environ["LANCE_GATEWAY_BIN"] = args.against
+        try:
+            main_gw = start_gateway(gateway_args, gateway_env)
+        finally:
+            if built is None:
+                os.environ.pop("LANCE_GATEWAY_BIN")
+            else:
+                os.environ["LANCE_GATEWAY_BIN"] = built
     storage = {"aws_endpoint": sw.endpoint, "aws_region": "us-east-1", "allow_http": "true",
                "aws_access_key_id": "any", "aws_secret_access_key": "anysecret",
                "aws_virtual_hosted_style_request": "false"}
@@ -92,7 +105,8 @@ def main():
 
         wrk = shutil.which("wrk")
         bench = {}
-        for name, uri in catalogs.items():
+        benched = ({"main": main_gw.uri} if main_gw else {}) | catalogs
+        for name, uri in benched.items():
             port = int(uri.rsplit(":", 1)[1])
             bucket = f"bench-{uuid.uuid4().hex[:8]}"
             ln.connect("rest", {"uri": uri}).create_namespace(ln.CreateNamespaceRequest(id=[bucket]))
@@ -102,6 +116,8 @@ def main():
                 bench[name] = {"error": str(e)[:200]}
     finally:
         gw.stop()
+        if main_gw:
+            main_gw.stop()
         sw.stop()
 
     print("\nScenarios:")
@@ -109,18 +125,25 @@ def main():
         print(f"  {name:20} {what:8} {outcome}")
     print(f"\nMetadata benchmark on SeaweedFS, {args.tables} tables, wrk -t2 -c16 -d{args.seconds}s")
     gwb, swb = bench.get("lance-gateway", {}), bench.get("SeaweedFS built-in", {})
+    mainb = bench.get("main", {})
     for name, figures in bench.items():
         if "error" in figures:
             print(f"{name}: the benchmark failed: {figures['error']}")
     gwb = {k: v for k, v in gwb.items() if k != "error"}
-    print(f"{'metric':34} {'gateway':>10} {'SeaweedFS':>10} {'ratio':>7}")
+    against_main = f" {'main':>10} {'vs main':>7}" if main_gw else ""
+    print(f"{'metric':34} {'gateway':>10} {'SeaweedFS':>10} {'ratio':>7}{against_main}")
     for metric in gwb:
         if metric in swb and isinstance(swb[metric], float):
             ratio = gwb[metric] / swb[metric] if swb[metric] else float("inf")
-            print(f"{metric:34} {gwb[metric]:10.2f} {swb[metric]:10.2f} {ratio:6.1f}x")
+            line = f"{metric:34} {gwb[metric]:10.2f} {swb[metric]:10.2f} {ratio:6.2f}x"
             ratios.record(args.ratios, "metadata, SeaweedFS", metric, gwb[metric], swb[metric], "SeaweedFS built-in")
         else:
-            print(f"{metric:34} {gwb[metric]:10.2f} {str(swb.get('error', '-'))[:60]}")
+            line = f"{metric:34} {gwb[metric]:10.2f} {str(swb.get('error', '-'))[:60]}"
+        if isinstance(mainb.get(metric), float):
+            to_main = gwb[metric] / mainb[metric] if mainb[metric] else float("inf")
+            line += f" {mainb[metric]:10.2f} {to_main:6.2f}x"
+            ratios.record(args.ratios, "metadata, SeaweedFS", metric, gwb[metric], mainb[metric], "main")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -1215,6 +1215,8 @@ async fn a_claim_being_released_is_no_refusal(w: World) {
         .register_table(&Ctx::internal(), &t, &location, false, HashMap::new())
         .await
         .unwrap();
+    // The register answered at its commit; its record is published after the answer.
+    w.cat.finish_after_answers().await;
     // A deregister committed and past its deciding step, its gateway killed before the claim
     // was released.
     let (intent, key) = drop_intent(&w, &rec, false, IntentState::Committed, true);

@@ -191,7 +191,7 @@ async fn each_operation_makes_the_store_requests_the_table_says() {
     let bounds: HashMap<&str, (u64, u64)> = [
         ("CreateNamespace", (7, 6)),
         ("DescribeNamespace", (1, 1)),
-        ("DeclareTable", (8, 5)),
+        ("DeclareTable", (7, 4)),
         ("DescribeTable", (1, 1)),
         ("ListTables (a page)", (5, 4)),
         ("RenameTable", (11, 9)),

@@ -9,7 +9,7 @@ use super::log::Decision;
 use super::records::*;
 use super::{Catalog, Slot};
 use crate::error::{Error, Result};
-use crate::store::{Condition, StoreError};
+use crate::store::{Condition, Store, StoreError};
 
 /// What a mark on a record means right now.
 #[derive(Debug, PartialEq, Eq)]
@@ -402,19 +402,28 @@ impl Catalog {
     ) -> Result<()> {
         match intent.kind.clone() {
             IntentKind::CreateTable { record } => {
-                self.put_published(&self.table_key(&record.id)?, encode(&record), &record.uid)
-                    .await?;
+                put_published(
+                    &*self.store,
+                    &self.table_key(&record.id)?,
+                    encode(&record),
+                    &record.uid,
+                )
+                .await?;
             }
             IntentKind::CreateNamespace { record } => {
                 if let Slot::Plain(ns_key) = self.slot(&record.id)? {
-                    self.put_published(&ns_key, encode(&record), &record.uid)
-                        .await?;
+                    put_published(&*self.store, &ns_key, encode(&record), &record.uid).await?;
                 }
             }
             IntentKind::RenameTable { from, record } => {
                 self.delete_marked_table(&from, &intent.op_id).await?;
-                self.put_published(&self.table_key(&record.id)?, encode(&record), &record.uid)
-                    .await?;
+                put_published(
+                    &*self.store,
+                    &self.table_key(&record.id)?,
+                    encode(&record),
+                    &record.uid,
+                )
+                .await?;
             }
             IntentKind::DropTable {
                 record,
@@ -462,20 +471,39 @@ impl Catalog {
         Ok(())
     }
 
-    /// The owner's end of a committed table create: the record is published, and the
-    /// committed entry at `key` (at `etag`) is removed in the background (a round trip the
-    /// client need not wait for; if it never happens, recovery rolls the entry forward,
-    /// which finds the record published, and removes it).
-    pub(crate) async fn publish_created_table(
+    /// The owner's end of a committed table create, after the answer: the record is
+    /// published, then the committed entry at `key` (at `etag`) removed. The client need not
+    /// wait for either: from the commit on, readers find the table through its committed
+    /// entry (describe, exists, listings) and whatever changes the table waits for the
+    /// record (`read_for_update`). The publish is tried once, and only while the owner is in
+    /// time: a second try could land after the table was dropped again and bring it back.
+    /// One that fails is left to recovery, which rolls the entry forward.
+    pub(crate) fn publish_created_table(
         &self,
         key: &str,
         record: &TableRecord,
         etag: String,
+        started_at_ms: u64,
     ) -> Result<()> {
-        self.put_published(&self.table_key(&record.id)?, encode(record), &record.uid)
-            .await?;
-        let (store, key) = (self.store.clone(), key.to_string());
+        let table_key = self.table_key(&record.id)?;
+        let (store, key, body, uid) = (
+            self.store.clone(),
+            key.to_string(),
+            encode(record),
+            record.uid.clone(),
+        );
+        let in_time_until_ms = started_at_ms.saturating_add(self.grace_ms / 2);
         self.after_answer(async move {
+            // Past the owner's half of the grace period a settler may be publishing it.
+            if now_ms() > in_time_until_ms {
+                tracing::warn!(key, "a committed create was not published in time; recovery will");
+                return;
+            }
+            if let Err(e) = put_published(&*store, &table_key, body, &uid).await {
+                // Committed all the same: readers see it through the entry.
+                tracing::warn!(key, error = %e, "a committed create could not be published yet; recovery will");
+                return;
+            }
             match store.delete(&key, Condition::IfMatch(etag)).await {
                 // Gone already (cleared by a drop or rename, or by recovery): fine.
                 Ok(()) | Err(StoreError::PreconditionFailed) => {}
@@ -485,31 +513,6 @@ impl Catalog {
             }
         });
         Ok(())
-    }
-
-    /// Publishes a record from a committed intent, unless it already is.
-    async fn put_published(&self, key: &str, body: bytes::Bytes, uid: &str) -> Result<()> {
-        match self.write(key, body, Condition::IfAbsent).await {
-            Ok(_) => Ok(()),
-            Err(StoreError::PreconditionFailed) => {
-                let holder = self
-                    .read::<serde_json::Value>(key)
-                    .await?
-                    .and_then(|(v, _)| v.get("uid").and_then(|u| u.as_str()).map(str::to_string));
-                if holder.as_deref() != Some(uid) {
-                    // The name was reserved by the intent from before it committed, so this
-                    // can only be a damaged warehouse; say so rather than overwrite.
-                    tracing::error!(
-                        key,
-                        uid,
-                        ?holder,
-                        "a committed operation found its name taken"
-                    );
-                }
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// Deletes table `id`'s record if operation `op_id` still marks it: a committed
@@ -686,5 +689,53 @@ impl Catalog {
             "{what} '{}' is being changed by another request; retry",
             self.show(id)
         ))
+    }
+}
+
+/// Publishes a record from a committed intent, unless it already is. It takes the store
+/// rather than the catalog so work left after an answer can run it.
+async fn put_published(store: &dyn Store, key: &str, body: bytes::Bytes, uid: &str) -> Result<()> {
+    match write_known(store, key, body, Condition::IfAbsent).await {
+        Ok(_) => Ok(()),
+        Err(StoreError::PreconditionFailed) => {
+            let holder = match store.get(key).await? {
+                Some(object) => serde_json::from_slice::<serde_json::Value>(&object.body)
+                    .ok()
+                    .and_then(|v| v.get("uid").and_then(|u| u.as_str()).map(str::to_string)),
+                None => None,
+            };
+            if holder.as_deref() != Some(uid) {
+                // The name was reserved by the intent from before it committed, so this
+                // can only be a damaged warehouse; say so rather than overwrite.
+                tracing::error!(
+                    key,
+                    uid,
+                    ?holder,
+                    "a committed operation found its name taken"
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A conditional write whose outcome is known even when the store's answer is lost: on
+/// an error (a timeout, or a refusal of a retry whose first attempt landed) the object
+/// is read back, and the write counts as done if it holds exactly these bytes. Every
+/// body the catalog writes names its operation, so no one else writes the same bytes.
+pub(crate) async fn write_known(
+    store: &dyn Store,
+    key: &str,
+    body: bytes::Bytes,
+    cond: Condition,
+) -> std::result::Result<String, StoreError> {
+    match store.put(key, body.clone(), cond).await {
+        Ok(etag) => Ok(etag),
+        Err(StoreError::NoSuchBucket(b)) => Err(StoreError::NoSuchBucket(b)),
+        Err(e) => match store.get(key).await {
+            Ok(Some(obj)) if obj.body == body => Ok(obj.etag),
+            _ => Err(e),
+        },
     }
 }

@@ -407,24 +407,15 @@ impl Catalog {
         }
     }
 
-    /// A conditional write whose outcome is known even when the store's answer is lost: on
-    /// an error (a timeout, or a refusal of a retry whose first attempt landed) the object
-    /// is read back, and the write counts as done if it holds exactly these bytes. Every
-    /// body the catalog writes names its operation, so no one else writes the same bytes.
+    /// A conditional write whose outcome is known even when the store's answer is lost
+    /// (`intents::write_known`).
     pub(crate) async fn write(
         &self,
         key: &str,
         body: Bytes,
         cond: Condition,
     ) -> Result<String, StoreError> {
-        match self.store.put(key, body.clone(), cond).await {
-            Ok(etag) => Ok(etag),
-            Err(StoreError::NoSuchBucket(b)) => Err(StoreError::NoSuchBucket(b)),
-            Err(e) => match self.store.get(key).await {
-                Ok(Some(obj)) if obj.body == body => Ok(obj.etag),
-                _ => Err(e),
-            },
-        }
+        intents::write_known(&*self.store, key, body, cond).await
     }
 
     /// Deletes the object at `key` if it is still at `etag`. `Ok(true)` when this delete

@@ -385,12 +385,12 @@ impl Catalog {
                 let finished = if !self.owner_in_time(started_at_ms) {
                     Ok(())
                 } else if let IntentKind::CreateTable { record } = &intent.kind {
-                    // A table's committed entry may stay a moment after the record is
-                    // published: whatever makes a table leave its name clears it first
-                    // (`clear_arrival`), and listings show the table once. So the client
-                    // is answered once the record is out, and the entry goes after.
-                    self.publish_created_table(pending_key, record, committed_etag)
-                        .await
+                    // A table is answered at its commit: readers find it through the
+                    // committed entry until its record is out (describe, listings), and
+                    // whatever makes it leave its name waits for the record and clears
+                    // the entry first (`clear_arrival`). The record is published, and the
+                    // entry removed, after the answer.
+                    self.publish_created_table(pending_key, record, committed_etag, started_at_ms)
                 } else {
                     self.roll_forward(pending_key, &mut intent, committed_etag)
                         .await

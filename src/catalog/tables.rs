@@ -504,7 +504,8 @@ impl Catalog {
     /// failed CreateTable): removed with its folder, but only if the record is still the
     /// one created (a rival may have replaced it since).
     pub(crate) async fn abandon_table(&self, created: &TableRecord) -> Result<()> {
-        match self.read_table(&created.id).await? {
+        // Its record may still be on its way (published after the create answered).
+        match self.read_for_update(&created.id).await? {
             Some((current, _)) if current.uid == created.uid => {
                 self.remove_table(&created.id, true).await.map(|_| ())
             }

@@ -6,6 +6,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -24,6 +25,14 @@ def post(uri: str, path: str, body: dict | None = None) -> tuple[int, dict]:
         with urllib.request.urlopen(req, timeout=60) as r:
             text = r.read().decode()
             return r.status, (json.loads(text) if text else {})
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode())
+
+
+def get(uri: str, path: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"{uri}{path}", timeout=60) as r:
+            return r.status, json.loads(r.read().decode())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read().decode())
 
@@ -88,6 +97,42 @@ def test_two_gateways_race_creates_and_drops(seaweed):
     assert sorted("$".join(t) for t in declared) == sorted(listed)
     for g in gateways:
         assert g.stop() == 0
+
+
+def test_a_declare_is_whole_from_its_answer(seaweed):
+    """On S3 a declare answers at its commit and publishes the table's record after the
+    answer. With that publish held back (fault injection), another gateway over the same
+    warehouse already sees the table whole: described at the declared location, listed,
+    its name taken; a deregister waits for the record and the table stays gone after."""
+    bucket = f"lg-early-{uuid.uuid4().hex[:10]}"
+    args, env = s3_gateway_setup(seaweed, "s3://")
+    slow = start_gateway(args, {**env, "LANCE_GATEWAY_FAULT_AFTER_ANSWER_DELAY_MS": "700"})
+    other = start_gateway(args, env)
+    assert post(slow.uri, f"/v1/namespace/{bucket}/create")[0] == 200
+    assert post(slow.uri, f"/v1/namespace/{enc([bucket, 'ml'])}/create")[0] == 200
+    t = enc([bucket, "ml", "t"])
+    status, declared = post(slow.uri, f"/v1/table/{t}/declare")
+    assert status == 200, declared
+    # Within the 700 ms the record is held back:
+    status, described = post(other.uri, f"/v1/table/{t}/describe")
+    assert status == 200 and described["location"] == declared["location"], described
+    assert post(other.uri, f"/v1/table/{t}/exists")[0] == 200
+    status, listed = get(other.uri, f"/v1/namespace/{enc([bucket, 'ml'])}/table/list")
+    assert status == 200 and listed["tables"] == ["t"], listed
+    status, body = post(other.uri, f"/v1/table/{t}/declare")
+    assert (status, body.get("code")) == (409, 5), body
+    status, body = post(other.uri, f"/v1/namespace/{enc([bucket, 'ml'])}/drop")
+    assert (status, body.get("code")) == (409, 3), body
+    status, body = post(other.uri, f"/v1/table/{t}/deregister")
+    assert status == 200 and body["location"] == declared["location"], body
+    # Past the held-back publish and the removal of the declare's entry: still gone.
+    time.sleep(1.5)
+    for g in (slow, other):
+        status, body = post(g.uri, f"/v1/table/{t}/describe")
+        assert (status, body.get("code")) == (404, 4), body
+        status, listed = get(g.uri, f"/v1/namespace/{enc([bucket, 'ml'])}/table/list")
+        assert status == 200 and listed["tables"] == [], listed
+    assert slow.stop() == 0 and other.stop() == 0
 
 
 APPENDER = textwrap.dedent(

@@ -180,6 +180,19 @@ def test_pages_keep_one_order_whatever_the_names(full_wait_cluster):
         assert sorted(listed) == sorted(ODD_NAMES), (limit, listed)
 
 
+def published(wh, key: str) -> dict:
+    """A declared table's record, read from the store once it is there: on S3 a declare
+    answers at its commit and publishes the record just after."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return wh.read_json(key)
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_pages_keep_one_order_with_tables_arriving(full_wait_cluster):
     """The same while a table is arriving: a rename whose gateway died after its deciding
     step (the source is gone) and before it published the table under its new name, which
@@ -197,7 +210,7 @@ def test_pages_keep_one_order_with_tables_arriving(full_wait_cluster):
         op = perform(cluster, r, 0, 0, "declare", (ns, t))
         assert op is not None and op.status == 200, op
     source = f".lance-gateway/tables/{key_segment(ns)}/src.json"
-    record = dict(wh.read_json(source), id=[ns, "t-1"], rev=uuid.uuid4().hex)
+    record = dict(published(wh, source), id=[ns, "t-1"], rev=uuid.uuid4().hex)
     record.pop("mark", None)
     intent = {"format_version": 2, "op_id": uuid.uuid4().hex, "owner": "a-gateway-that-died:1",
               "started_at_ms": int(time.time() * 1000), "state": "committed", "op": "rename_table",
