@@ -33,7 +33,11 @@ fn main() {
     if os == "linux" && env == "gnu" {
         println!("cargo:rustc-link-arg-bins=-no-pie");
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
-        let order = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("link/hot-functions.txt");
+        // The checkout this build runs in, read when the script runs: checkouts that share a
+        // target folder can share this script's compiled binary, and a path compiled into it
+        // would name the checkout that compiled it, which may be gone.
+        let root = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+        let order = std::path::Path::new(&root).join("link/hot-functions.txt");
         if order.exists() {
             // The linker reads a copy in the build's own folder: checkouts that share a target
             // folder share this script's output too, and a path into one checkout would

@@ -55,9 +55,11 @@ def cache_whole_file(path):
     ("fault-around", in blocks as large as the cache's own), so how the page cache happens to
     hold a binary (one just built is held whole, in the blocks it was written in; one not run
     for a while hardly at all) moves its file-backed RSS by several MiB. Evicting and reading
-    back each one measures every binary from the same state.
+    back each one measures every binary from the same state. A binary just built or copied is
+    written to disk first: the kernel does not drop pages that are dirty or being written.
     """
     with open(shutil.which(path) or path, "rb") as f:
+        os.fsync(f.fileno())
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         while f.read(1 << 24):
             pass
