@@ -402,13 +402,7 @@ impl Catalog {
     ) -> Result<()> {
         match intent.kind.clone() {
             IntentKind::CreateTable { record } => {
-                put_published(
-                    &*self.store,
-                    &self.table_key(&record.id)?,
-                    encode(&record),
-                    &record.uid,
-                )
-                .await?;
+                self.publish_table(&record).await?;
             }
             IntentKind::CreateNamespace { record } => {
                 if let Slot::Plain(ns_key) = self.slot(&record.id)? {
@@ -417,13 +411,7 @@ impl Catalog {
             }
             IntentKind::RenameTable { from, record } => {
                 self.delete_marked_table(&from, &intent.op_id).await?;
-                put_published(
-                    &*self.store,
-                    &self.table_key(&record.id)?,
-                    encode(&record),
-                    &record.uid,
-                )
-                .await?;
+                self.publish_table(&record).await?;
             }
             IntentKind::DropTable {
                 record,
@@ -513,6 +501,17 @@ impl Catalog {
             }
         });
         Ok(())
+    }
+
+    /// Publishes table `record` under its name from a committed intent, unless it already is.
+    async fn publish_table(&self, record: &TableRecord) -> Result<()> {
+        put_published(
+            &*self.store,
+            &self.table_key(&record.id)?,
+            encode(record),
+            &record.uid,
+        )
+        .await
     }
 
     /// Deletes table `id`'s record if operation `op_id` still marks it: a committed
