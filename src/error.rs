@@ -34,6 +34,38 @@ pub enum Code {
 }
 
 impl Code {
+    /// The code with spec number `n`, if there is one.
+    pub fn from_number(n: i32) -> Option<Code> {
+        use Code::*;
+        [
+            Unsupported,
+            NamespaceNotFound,
+            NamespaceAlreadyExists,
+            NamespaceNotEmpty,
+            TableNotFound,
+            TableAlreadyExists,
+            TableIndexNotFound,
+            TableIndexAlreadyExists,
+            TableTagNotFound,
+            TableTagAlreadyExists,
+            TransactionNotFound,
+            TableVersionNotFound,
+            TableColumnNotFound,
+            InvalidInput,
+            ConcurrentModification,
+            PermissionDenied,
+            Unauthenticated,
+            ServiceUnavailable,
+            Internal,
+            InvalidTableState,
+            TableSchemaValidationError,
+            TableBranchNotFound,
+            TableBranchAlreadyExists,
+        ]
+        .into_iter()
+        .find(|c| *c as i32 == n)
+    }
+
     /// The HTTP status the spec pairs with this code.
     pub fn http_status(self) -> u16 {
         match self {
@@ -69,6 +101,12 @@ pub struct Error {
     pub code: Code,
     pub message: String,
     pub detail: Option<String>,
+    /// The commit this failure concerns, when the client should follow it (a batch whose
+    /// outcome is unknown): answered beside the error as `transaction_id`.
+    pub transaction_id: Option<String>,
+    /// The gateway cannot know whether the commit's deciding write landed: answered as HTTP
+    /// 504 with code 18, never as the generic 503 (README, *Commit outcomes*).
+    pub outcome_unknown: bool,
 }
 
 impl fmt::Display for Error {
@@ -89,6 +127,29 @@ impl Error {
             code,
             message: message.into(),
             detail: None,
+            transaction_id: None,
+            outcome_unknown: false,
+        }
+    }
+
+    /// A commit whose deciding write was sent but whose outcome could not be learned (the
+    /// store timed out, reset the connection or failed after the request was sent, and kept
+    /// failing while the gateway looked): it may have committed or not. `transaction_id` is
+    /// the batch to follow with DescribeTransaction (none for a single-table commit, which
+    /// is retried as it was sent).
+    pub fn commit_state_unknown(transaction_id: Option<String>, cause: impl fmt::Display) -> Self {
+        tracing::error!(transaction = ?transaction_id, %cause, "a commit's outcome is unknown");
+        let message = match &transaction_id {
+            Some(id) => format!(
+                "commit state unknown: the store did not say whether batch commit {id}                  committed; DescribeTransaction tells once it is settled, and a retry with the                  same Idempotency-Key answers its outcome"
+            ),
+            None => "commit state unknown: the store did not say whether the version was                      committed; send the same request again (it commits once)"
+                .to_string(),
+        };
+        Error {
+            transaction_id,
+            outcome_unknown: true,
+            ..Self::new(Code::Internal, message)
         }
     }
 

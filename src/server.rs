@@ -327,7 +327,8 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         Settings::new(config.recovery_grace, config.node_id.clone())
             .with_grants(security.grants.clone())
             .with_managed_versioning(config.managed_versioning)
-            .with_maintenance(config.maintenance_policy.clone()),
+            .with_maintenance(config.maintenance_policy.clone())
+            .with_request_timeout(config.request_timeout),
     )
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;

@@ -195,3 +195,44 @@ impl<S: Send + Sync> FromRequestParts<S> for Dialect {
         Ok(Dialect::of(&parts.headers))
     }
 }
+
+/// The `Idempotency-Key` header of a commit (`catalog::idempotency`): the name a client gives
+/// a commit so that a retry answers the first attempt's outcome. Checked when the route pairs
+/// it with its request (`Idempotency::key`).
+#[derive(Clone, Debug, Default)]
+pub struct Idempotency(pub Option<String>);
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+impl<S: Send + Sync> FromRequestParts<S> for Idempotency {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self> {
+        match parts.headers.get(IDEMPOTENCY_KEY) {
+            None => Ok(Idempotency(None)),
+            Some(value) => value
+                .to_str()
+                .map(|v| Idempotency(Some(v.to_string())))
+                .map_err(|_| Error::invalid("the Idempotency-Key header must be visible ASCII")),
+        }
+    }
+}
+
+impl Idempotency {
+    /// The key, checked, with the fingerprint of `request` (what the route does, `op`).
+    pub fn key<T: serde::Serialize>(
+        &self,
+        op: &str,
+        request: &T,
+    ) -> Result<Option<crate::catalog::idempotency::Key>> {
+        self.0
+            .as_deref()
+            .map(|name| {
+                crate::catalog::idempotency::Key::new(
+                    name,
+                    crate::catalog::idempotency::fingerprint(op, request),
+                )
+            })
+            .transpose()
+    }
+}

@@ -137,7 +137,10 @@ pub async fn describe(
 ) -> Result<Json<DescribeTransactionResponse>> {
     same_transaction(&id, req.id.as_ref())?;
     let record = current(&state, &ctx, &id, |r| async {
-        if r.op == "create_index" {
+        if r.op == crate::catalog::batch::BATCH_OP {
+            // A batch commits by its record's own write: one still running did not.
+            Ok(false)
+        } else if r.op == "create_index" {
             super::data::indices::index_committed(&state, &ctx, r).await
         } else {
             crate::maintain::committed(&state.catalog, &state.data, r).await

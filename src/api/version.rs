@@ -12,7 +12,7 @@ use lance_namespace::models::{
     CreateTableVersionResponse, DeclareTableResponse, DeregisterTableResponse, TableVersion,
 };
 
-use super::extract::{JsonBody, Target};
+use super::extract::{Idempotency, JsonBody, Target};
 use super::{AppState, detached};
 use crate::access::Ctx;
 use crate::catalog::batch::{Change, Done};
@@ -83,15 +83,22 @@ pub async fn create(
     State(state): State<AppState>,
     ctx: Ctx,
     target: Target,
+    idempotency: Idempotency,
     JsonBody(req): JsonBody<CreateTableVersionRequest>,
 ) -> Result<Json<CreateTableVersionResponse>> {
     target.check_body_id(req.id.as_ref())?;
+    // The path names the table: the same body for another table is another request.
+    let key = idempotency.key("CreateTableVersion", &(&target.id, &req))?;
     let new = new_version!(req);
     let catalog = state.catalog.clone();
     // Run to its end: a publish cut off before the staging manifest is removed leaves
     // only garbage, but the client must not be left guessing longer than needed.
-    let committed =
-        detached(async move { catalog.create_table_version(&ctx, &target.id, new).await }).await?;
+    let committed = detached(async move {
+        catalog
+            .create_table_version_keyed(&ctx, &target.id, new, key)
+            .await
+    })
+    .await?;
     Ok(Json(CreateTableVersionResponse {
         version: Some(Box::new(table_version(committed))),
         ..Default::default()
@@ -102,8 +109,10 @@ pub async fn create(
 pub async fn batch_create(
     State(state): State<AppState>,
     ctx: Ctx,
+    idempotency: Idempotency,
     JsonBody(req): JsonBody<BatchCreateTableVersionsRequest>,
 ) -> Result<Json<BatchCreateTableVersionsResponse>> {
+    let key = idempotency.key("BatchCreateTableVersions", &req)?;
     let entries = req
         .entries
         .into_iter()
@@ -120,7 +129,7 @@ pub async fn batch_create(
         .collect::<Result<Vec<_>>>()?;
     let catalog = state.catalog.clone();
     let (id, committed) =
-        detached(async move { catalog.commit_batch(&ctx, entries).await }).await?;
+        detached(async move { catalog.commit_batch_keyed(&ctx, entries, key).await }).await?;
     Ok(Json(BatchCreateTableVersionsResponse {
         transaction_id: Some(id),
         versions: committed
@@ -140,8 +149,10 @@ pub async fn batch_create(
 pub async fn batch_commit(
     State(state): State<AppState>,
     ctx: Ctx,
+    idempotency: Idempotency,
     JsonBody(req): JsonBody<BatchCommitTablesRequest>,
 ) -> Result<Json<BatchCommitTablesResponse>> {
+    let key = idempotency.key("BatchCommitTables", &req)?;
     let mut entries = Vec::with_capacity(req.operations.len());
     // Each declare's vend_credentials, in order.
     let mut vend = Vec::new();
@@ -186,7 +197,8 @@ pub async fn batch_commit(
     }
     let (catalog, change_ctx) = (state.catalog.clone(), ctx.clone());
     let (id, done) =
-        detached(async move { catalog.commit_batch(&change_ctx, entries).await }).await?;
+        detached(async move { catalog.commit_batch_keyed(&change_ctx, entries, key).await })
+            .await?;
     let mut vend = vend.into_iter();
     let mut results = Vec::with_capacity(done.len());
     for done in done {

@@ -36,17 +36,20 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::future::{join_all, try_join_all};
+use serde::{Deserialize, Serialize};
 
-use super::Catalog;
+use super::idempotency::{Claimed, Key, refusal};
 use super::layout::Layout;
-use super::log::{Lock, LogState};
-use super::records::{Intent, Properties, TableRecord, now_ms};
-use super::transactions::{BatchItem, Transaction, TxStatus, Written};
+use super::log::{Head, Lock, LogState};
+use super::records::{Intent, Properties, TableRecord, decode, now_ms};
+use super::transactions::{BatchItem, Transaction, TransactionRecord, TxStatus, Written, locate};
 use super::versions::{
     CommittedVersion, NewVersion, Staging, check_ranges, version_of_file, versions_dir,
 };
+use super::{Catalog, Patience};
 use crate::access::{Ctx, Level};
 use crate::error::{Code, Error, Result};
 
@@ -93,8 +96,18 @@ pub enum Change {
     Deregister,
 }
 
-/// What a batch's entry did, in its answer.
-#[derive(Clone, Debug, PartialEq)]
+/// The operation a batch's idempotency key is claimed for (BatchCreateTableVersions and
+/// BatchCommitTables alike: the fingerprint tells their requests apart).
+pub const BATCH_OP: &str = "batch_commit";
+
+/// How long after its key was claimed a batch's record must exist: the gateway writes it
+/// right after the claim, so a claim this old without a record belongs to a gateway that
+/// stopped in between, and nothing of its batch was applied.
+const UNSTARTED_MS: u64 = 10_000;
+
+/// What a batch's entry did, in its answer. Kept in the batch's record with its commit, so
+/// a retry by key is answered the same.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Done {
     Version(CommittedVersion),
     /// How many versions were deleted.
@@ -133,8 +146,14 @@ enum Kind {
 
 /// What step 3 left of one entry.
 enum Locked {
-    /// Its table's head is locked; how many versions the lock deletes.
-    Head(u64),
+    /// Its table's head is locked (at `key`, as `head`, written at `etag`); `count`: how
+    /// many versions the lock deletes.
+    Head {
+        count: u64,
+        key: String,
+        etag: String,
+        head: Head,
+    },
     /// Its intent (a declare or deregister) is staged at `key` (at `etag`), for the batch's
     /// record to decide; `record` is the table it declares, or the one it deregisters.
     Intent {
@@ -146,13 +165,6 @@ enum Locked {
 }
 
 impl Entry {
-    fn staging(&self) -> Option<&Staging> {
-        match &self.kind {
-            Kind::Version { staging, .. } => Some(staging),
-            _ => None,
-        }
-    }
-
     /// Whether it locks its table's head (it commits or deletes versions).
     fn locks_head(&self) -> bool {
         matches!(self.kind, Kind::Version { .. } | Kind::Delete { .. })
@@ -176,6 +188,90 @@ impl Entry {
     }
 }
 
+/// What trying to lock one entry came to.
+enum Taken {
+    Locked(Locked),
+    /// Another batch, still deciding, holds the table (its transaction id).
+    Held(String),
+}
+
+/// What a retry by key finds of the batch its key names.
+enum Replay {
+    /// The first attempt's outcome.
+    Answer(Result<(String, Vec<Done>)>),
+    /// Its gateway stopped before it wrote the batch's record: nothing of it was applied,
+    /// and the retry runs it under this id.
+    Unstarted(String),
+}
+
+/// Fault injection for the suites (`LANCE_GATEWAY_FAULT_COMMIT`): a batch's deciding write
+/// fails as a store that loses its answer would, after it `landed` or `lost` it, and the
+/// store then fails the batch's record for `LANCE_GATEWAY_FAULT_COMMIT_MS` (10 s unless
+/// set), so the gateway cannot learn the outcome. Unset outside the suites.
+struct CommitFault {
+    /// Whether the write lands, and until when the record cannot be read or written.
+    fault: Option<(bool, Instant)>,
+}
+
+impl CommitFault {
+    fn new() -> CommitFault {
+        static FAULT: std::sync::LazyLock<Option<(bool, Duration)>> =
+            std::sync::LazyLock::new(|| {
+                let landed = match std::env::var("LANCE_GATEWAY_FAULT_COMMIT").ok()?.as_str() {
+                    "landed" => true,
+                    "lost" => false,
+                    _ => return None,
+                };
+                let ms = std::env::var("LANCE_GATEWAY_FAULT_COMMIT_MS")
+                    .ok()
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or(10_000);
+                Some((landed, Duration::from_millis(ms)))
+            });
+        CommitFault {
+            fault: FAULT.map(|(landed, down)| (landed, Instant::now() + down)),
+        }
+    }
+
+    /// The first try of the deciding write.
+    async fn first(
+        &self,
+        catalog: &Catalog,
+        tx: &mut Transaction,
+        planned: &[Done],
+    ) -> Result<bool> {
+        let Some((landed, _)) = self.fault else {
+            return catalog
+                .decide_batch(tx, TxStatus::Succeeded, None, planned)
+                .await;
+        };
+        tracing::warn!(transaction = %tx.record.id, landed, "fault injection: a batch's commit write loses its answer");
+        if landed {
+            let mut sent = Transaction {
+                key: tx.key.clone(),
+                etag: tx.etag.clone(),
+                record: tx.record.clone(),
+            };
+            catalog
+                .decide_batch(&mut sent, TxStatus::Succeeded, None, planned)
+                .await?;
+        }
+        Err(Error::unavailable("the warehouse store failed")
+            .with_detail("fault injection: the connection was reset after the request was sent"))
+    }
+
+    /// Whether the store still fails the batch's record.
+    fn still(&self) -> bool {
+        self.fault.is_some_and(|(_, until)| Instant::now() < until)
+    }
+}
+
+/// Removes a published version's staging manifest after the answer.
+fn forget_later(catalog: &Arc<Catalog>, staging: Staging) {
+    let forgetting = catalog.clone();
+    catalog.after_answer(async move { forgetting.forget_staged(&staging).await });
+}
+
 /// The step a batch stops at under fault injection (`LANCE_GATEWAY_FAULT_BATCH_PAUSE`: the
 /// crash suite sets it so it can kill the gateway there); unset outside the suite.
 fn fault_step() -> Option<&'static str> {
@@ -197,6 +293,14 @@ async fn fault(step: &str) {
     }
 }
 
+/// A failure of batch `id` that its record holds (a retry by key is answered the same):
+/// answered with the batch's transaction id, which tells a client that the failure is
+/// settled.
+fn of_batch(mut error: Error, id: &str) -> Error {
+    error.transaction_id = Some(id.to_string());
+    error
+}
+
 fn conflict(message: String) -> Error {
     Error::new(Code::ConcurrentModification, message)
 }
@@ -210,6 +314,18 @@ impl Catalog {
         ctx: &Ctx,
         entries: Vec<(Vec<String>, Change)>,
     ) -> Result<(String, Vec<Done>)> {
+        self.commit_batch_keyed(ctx, entries, None).await
+    }
+
+    /// `commit_batch` under an idempotency key (`idempotency`): a request whose key was
+    /// used before is answered with the first attempt's outcome, waiting for it if that
+    /// batch is still deciding, and applies nothing again.
+    pub async fn commit_batch_keyed(
+        self: &Arc<Self>,
+        ctx: &Ctx,
+        entries: Vec<(Vec<String>, Change)>,
+        key: Option<Key>,
+    ) -> Result<(String, Vec<Done>)> {
         if entries.is_empty() {
             return Err(Error::invalid("a batch commit needs at least one entry"));
         }
@@ -219,6 +335,19 @@ impl Catalog {
                 entries.len()
             )));
         }
+        // A key used before answers the first attempt's outcome, before anything is checked
+        // (a committed batch's staged manifests are gone, and would fail the check).
+        let cell = self.layout.place(&entries[0].0)?.cell;
+        let mut rerun = None;
+        if let Some(key) = &key
+            && let Some(claim) = self.find_key(ctx, &cell, key, BATCH_OP).await?
+        {
+            match self.batch_outcome(&claim).await? {
+                Replay::Answer(answer) => return answer,
+                Replay::Unstarted(id) => rerun = Some(id),
+            }
+        }
+
         // 1. Check.
         let checked: Vec<Entry> = try_join_all(
             entries
@@ -246,9 +375,108 @@ impl Catalog {
             }
         }
 
-        // 2. Record.
+        // 2. Record (its key claimed first, naming it).
         let items: Vec<BatchItem> = checked.iter().map(Entry::item).collect();
-        let summary = items
+        let results = BTreeMap::from([
+            ("tables".to_string(), items.len().to_string()),
+            ("versions".to_string(), self.summary(&items)),
+        ]);
+        let rerunning = rerun.is_some();
+        let id = match rerun {
+            Some(id) => id,
+            None => self.new_transaction_id(&checked[0].record.id)?,
+        };
+        if let Some(key) = &key
+            && !rerunning
+            && let Some(claim) = self.claim_key(ctx, &cell, key, BATCH_OP, Some(&id)).await?
+        {
+            // The same request, sent again while the first was in flight: its outcome.
+            return match self.batch_outcome(&claim).await? {
+                Replay::Answer(answer) => answer,
+                Replay::Unstarted(id) => Err(conflict(format!(
+                    "batch commit {id}, claimed by the same idempotency key, has not started; \
+                     retry"
+                ))),
+            };
+        }
+        let begun = self
+            .begin_transaction_of(
+                &id,
+                &checked[0].record.id,
+                "batch_commit",
+                "",
+                results,
+                items,
+            )
+            .await?;
+        let Some(mut tx) = begun else {
+            // A rerun under a claimed key whose first attempt wrote its record after all.
+            return match self.batch_outcome_of(&id, None).await? {
+                Replay::Answer(answer) => answer,
+                Replay::Unstarted(_) => Err(Error::internal(
+                    "a batch record was there and then was not",
+                    &id,
+                )),
+            };
+        };
+        fault("recorded").await;
+
+        // 3. Lock.
+        let (locked, failed) = self.lock_entries(&checked, &id).await;
+        if let Some(error) = failed {
+            self.abandon_batch(&mut tx, &checked, locked.iter().flatten(), &error)
+                .await;
+            return Err(of_batch(error, &id));
+        }
+        let locked: Vec<Locked> = locked.into_iter().flatten().collect();
+
+        fault("locked").await;
+
+        // 4. Commit, with what each entry does written into the deciding write: a retry by
+        // key is answered from it.
+        let planned: Vec<Done> = checked
+            .iter()
+            .zip(&locked)
+            .map(|(entry, locked)| self.planned(entry, locked))
+            .collect();
+        let down = CommitFault::new();
+        let decided = match self.decide_commit(&mut tx, &planned, &down).await {
+            Ok(decided) => decided,
+            Err(unknown) => {
+                // The store would not say; the gateway keeps asking after the answer, and
+                // finishes the batch whichever way it went.
+                let catalog = self.clone();
+                self.after_answer(async move {
+                    catalog
+                        .finish_undecided(tx, checked, locked, planned, down)
+                        .await;
+                });
+                return Err(unknown);
+            }
+        };
+        if !decided {
+            let error = conflict(format!(
+                "batch commit {id} was failed before it committed (it outlasted the grace \
+                 period, or was canceled); nothing of it is visible"
+            ));
+            self.abandon_batch(&mut tx, &checked, &locked, &error).await;
+            return Err(of_batch(error, &id));
+        }
+
+        fault("committed").await;
+
+        // 5. Publish. The batch has committed: from here on nothing turns the answer into a
+        // failure; what cannot be published now is left to the next reader or writer of
+        // each table and to this gateway after the answer.
+        let done = self
+            .publish_batch(&id, &tx.record.batch, &checked, &locked, planned)
+            .await;
+        Ok((id, done))
+    }
+
+    /// The record's summary of a batch's entries.
+    fn summary(&self, items: &[BatchItem]) -> String {
+        items
             .iter()
             .map(|i| match (&i.deletes, &i.change) {
                 (_, Some(change)) => format!("{} {change}s", self.show(&i.table)),
@@ -265,102 +493,347 @@ impl Catalog {
                 }
             })
             .collect::<Vec<_>>()
-            .join(" ");
-        let results = BTreeMap::from([
-            ("tables".to_string(), items.len().to_string()),
-            ("versions".to_string(), summary),
-        ]);
-        let mut tx = self
-            .begin_transaction_of(&checked[0].record.id, "batch_commit", "", results, items)
-            .await?;
-        let id = tx.record.id.clone();
-        fault("recorded").await;
+            .join(" ")
+    }
 
-        // 3. Lock.
-        let outcomes = join_all(checked.iter().map(|e| self.lock_entry(e, &id))).await;
-        let mut locked = Vec::with_capacity(outcomes.len());
-        let mut failed = None;
-        for outcome in outcomes {
-            match outcome {
-                Ok(l) => locked.push(l),
-                Err(error) => {
-                    failed.get_or_insert(error);
-                }
-            }
+    /// What an entry does once its batch commits, as far as it is known before publishing
+    /// (a version's ETag is learned from its publish).
+    fn planned(&self, entry: &Entry, locked: &Locked) -> Done {
+        match (&entry.kind, locked) {
+            (Kind::Version { staging, size }, _) => Done::Version(CommittedVersion {
+                version: staging.version,
+                manifest_path: self
+                    .layout
+                    .store_path_of(&format!("{}{}", staging.dir, staging.manifest)),
+                size: *size,
+                e_tag: None,
+            }),
+            (Kind::Declare { .. }, Locked::Intent { record, .. }) => Done::Declared(record.clone()),
+            (_, Locked::Intent { record, .. }) => Done::Deregistered(record.clone()),
+            (_, Locked::Head { count, .. }) => Done::Deleted(*count),
         }
-        if let Some(error) = failed {
-            self.abandon_batch(&mut tx, &checked, &locked, &error).await;
-            return Err(error);
-        }
+    }
 
-        fault("locked").await;
-
-        // 4. Commit.
-        if !self
-            .decide_batch(&mut tx, TxStatus::Succeeded, None)
-            .await?
-        {
-            let error = conflict(format!(
-                "batch commit {id} was failed before it committed (it outlasted the grace \
-                 period, or was canceled); nothing of it is visible"
-            ));
-            self.abandon_batch(&mut tx, &checked, &locked, &error).await;
-            return Err(error);
-        }
-
-        fault("committed").await;
-
-        // 5. Publish (the tables one by one under fault injection, to stop between them).
-        let settled: Vec<Option<LogState>> = if fault_step().is_some() {
+    /// Step 5: every entry published, as far as the store allows; answers what each did.
+    /// Entries the store refused now are settled again after the answer (and by whoever
+    /// meets them meanwhile).
+    async fn publish_batch(
+        self: &Arc<Self>,
+        id: &str,
+        items: &[BatchItem],
+        checked: &[Entry],
+        locked: &[Locked],
+        planned: Vec<Done>,
+    ) -> Vec<Done> {
+        // The tables one by one under fault injection, to stop between them.
+        let settled: Vec<Result<Option<LogState>>> = if fault_step().is_some() {
             let mut settled = Vec::with_capacity(checked.len());
-            for (entry, locked) in checked.iter().zip(&locked) {
-                settled.push(self.publish_entry(entry, locked).await?);
+            for (entry, locked) in checked.iter().zip(locked) {
+                settled.push(self.publish_entry(entry, locked).await);
                 fault("published_one").await;
             }
             settled
         } else {
-            try_join_all(
+            join_all(
                 checked
                     .iter()
-                    .zip(&locked)
+                    .zip(locked)
                     .map(|(e, l)| self.publish_entry(e, l)),
             )
-            .await?
+            .await
         };
-        let mut done = Vec::with_capacity(checked.len());
-        for ((entry, log), locked) in checked.iter().zip(settled).zip(locked) {
-            let (Kind::Version { staging, size }, Some(log)) = (&entry.kind, log) else {
-                done.push(match (&entry.kind, locked) {
-                    (Kind::Declare { .. }, Locked::Intent { record, .. }) => Done::Declared(record),
-                    (_, Locked::Intent { record, .. }) => Done::Deregistered(record),
-                    (_, Locked::Head(count)) => Done::Deleted(count),
-                });
-                continue;
+        let mut unsettled = false;
+        let mut done = Vec::with_capacity(planned.len());
+        for ((entry, log), planned) in checked.iter().zip(settled).zip(planned) {
+            let log = match log {
+                Ok(log) => log,
+                Err(e) => {
+                    tracing::warn!(transaction = %id, table = %self.show(&entry.record.id), error = %e, "a committed batch's table is left for its next reader, or for this gateway after the answer, to publish");
+                    unsettled = true;
+                    None
+                }
             };
-            let final_key = format!("{}{}", staging.dir, staging.manifest);
-            let version = CommittedVersion {
-                version: staging.version,
-                manifest_path: self.layout.store_path_of(&final_key),
-                size: *size,
-                e_tag: log
+            let (staging, mut version) = match (&entry.kind, planned) {
+                (Kind::Version { staging, .. }, Done::Version(version)) => (staging, version),
+                (_, other) => {
+                    done.push(other);
+                    continue;
+                }
+            };
+            if let Some(log) = log {
+                version.e_tag = log
                     .published_etag
-                    .filter(|t| !t.is_empty() && self.layout.shares_etags()),
-            };
-            self.record_published(&entry.record, staging, &version)
-                .await?;
+                    .filter(|t| !t.is_empty() && self.layout.shares_etags());
+                if let Err(e) = self
+                    .record_published(&entry.record, staging, &version)
+                    .await
+                {
+                    // No receipt: the staging manifest is kept, and answers a retry instead.
+                    tracing::warn!(transaction = %id, table = %self.show(&entry.record.id), error = %e, "could not write a committed batch's receipt; its staging manifest is kept");
+                    done.push(Done::Version(version));
+                    continue;
+                }
+                forget_later(self, staging.clone());
+            }
             done.push(Done::Version(version));
         }
-        let catalog = self.clone();
-        let published: Vec<Staging> = checked
-            .iter()
-            .filter_map(|e| e.staging().cloned())
-            .collect();
-        self.after_answer(async move {
-            for staging in published {
-                catalog.forget_staged(&staging).await;
+        if unsettled {
+            let (catalog, id, items) = (self.clone(), id.to_string(), items.to_vec());
+            self.after_answer(async move {
+                if let Err(e) = catalog.settle_batch_items(&id, &items).await {
+                    tracing::warn!(transaction = %id, error = %e, "a committed batch is left for its tables' next readers and the recovery sweep to publish");
+                }
+            });
+        }
+        done
+    }
+
+    /// Step 3: every entry's intent staged and every head locked. The common case takes
+    /// them all at once. When another batch holds one of the heads, the heads taken are let
+    /// go and taken again one by one in one global order (their keys'), each waited for
+    /// while a live batch holds it (`commit_wait` in all): two batches then never each hold
+    /// a table the other waits for, so of overlapping batches one always gets through.
+    /// Answers what was taken, by entry, and the error that stops the batch, if any.
+    async fn lock_entries(
+        &self,
+        checked: &[Entry],
+        id: &str,
+    ) -> (Vec<Option<Locked>>, Option<Error>) {
+        let outcomes = join_all(checked.iter().map(|e| self.lock_entry(e, id, None))).await;
+        let mut locked: Vec<Option<Locked>> = Vec::with_capacity(checked.len());
+        let (mut held, mut failed) = (false, None);
+        for outcome in outcomes {
+            match outcome {
+                Ok(Taken::Locked(l)) => locked.push(Some(l)),
+                Ok(Taken::Held(_)) => {
+                    held = true;
+                    locked.push(None);
+                }
+                Err(error) => {
+                    failed.get_or_insert(error);
+                    locked.push(None);
+                }
             }
-        });
-        Ok((id, done))
+        }
+        if failed.is_some() || !held {
+            return (locked, failed);
+        }
+        let mut order = Vec::new();
+        for (i, entry) in checked.iter().enumerate().filter(|(_, e)| e.locks_head()) {
+            if let Some(Locked::Head {
+                key, etag, head, ..
+            }) = locked[i].take()
+            {
+                self.unlock_head(&key, &etag, head).await;
+            }
+            match self.head_key_of(&entry.record, entry.branch.as_deref()) {
+                Ok(key) => order.push((key, i)),
+                Err(e) => return (locked, Some(e)),
+            }
+        }
+        order.sort();
+        let deadline = Instant::now() + self.commit_wait;
+        for (_, i) in order {
+            match self.lock_entry(&checked[i], id, Some(deadline)).await {
+                Ok(Taken::Locked(l)) => locked[i] = Some(l),
+                Ok(Taken::Held(by)) => {
+                    let error = conflict(format!(
+                        "table '{}' is held by batch commit {by}, which is committing (waited {} \
+                         ms for it)",
+                        self.show(&checked[i].record.id),
+                        self.commit_wait.as_millis()
+                    ));
+                    return (locked, Some(error));
+                }
+                Err(e) => return (locked, Some(e)),
+            }
+        }
+        (locked, None)
+    }
+
+    /// Lets go of a head this batch locked, before the batch is decided (to take it again in
+    /// order): the head as it was, without the lock, conditional on the lock's write. One
+    /// that fails is found again as this batch's own lock, and kept.
+    async fn unlock_head(&self, key: &str, etag: &str, mut head: Head) {
+        head.lock = None;
+        if let Err(e) = self.put_head(key, &head, Some(etag)).await {
+            tracing::debug!(key, error = %e, "could not let go of a batch's lock to take it again in order");
+        }
+    }
+
+    /// Step 4: the deciding write. When the store fails it (a timeout, a reset connection, a
+    /// 5xx after the request was sent) the write may have landed or not: the record is read
+    /// and the decision tried again, conditional on the record as the batch wrote it, until
+    /// the store answers or `commit_wait` has passed. A write that landed shows as the
+    /// record decided (`decide_batch`); one that did not is made again. Answers whether the
+    /// batch committed, or the unknown-outcome error.
+    async fn decide_commit(
+        &self,
+        tx: &mut Transaction,
+        planned: &[Done],
+        down: &CommitFault,
+    ) -> Result<bool> {
+        let first = match down.first(self, tx, planned).await {
+            Ok(decided) => return Ok(decided),
+            Err(e) => e,
+        };
+        let mut patience = Patience::new(self.commit_wait);
+        while patience.wait().await {
+            if down.still() {
+                continue;
+            }
+            match self
+                .decide_batch(tx, TxStatus::Succeeded, None, planned)
+                .await
+            {
+                Ok(decided) => return Ok(decided),
+                Err(e) => {
+                    tracing::debug!(transaction = %tx.record.id, error = %e, "the store still fails a batch's commit write")
+                }
+            }
+        }
+        Err(Error::commit_state_unknown(
+            Some(tx.record.id.clone()),
+            first,
+        ))
+    }
+
+    /// A batch whose answer said its outcome is unknown, finished in the owner's time: the
+    /// decision is tried until the store answers (for up to the grace period; past it,
+    /// whoever meets the record fails it as abandoned, which this write then loses to), then
+    /// the batch is published or its locks removed.
+    async fn finish_undecided(
+        self: Arc<Self>,
+        mut tx: Transaction,
+        checked: Vec<Entry>,
+        locked: Vec<Locked>,
+        planned: Vec<Done>,
+        down: CommitFault,
+    ) {
+        let id = tx.record.id.clone();
+        let deadline = Instant::now() + Duration::from_millis(self.grace_ms);
+        let mut pause = Duration::from_millis(50);
+        let decided = loop {
+            if Instant::now() >= deadline {
+                tracing::warn!(transaction = %id, "a batch's outcome could not be learned from the store; whoever meets its record settles it once it is abandoned");
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            // Soon after the store is back: the record is failed as abandoned once the
+            // grace period has passed since the batch began.
+            pause = (pause * 2).min(Duration::from_millis(250));
+            if down.still() {
+                continue;
+            }
+            match self
+                .decide_batch(&mut tx, TxStatus::Succeeded, None, &planned)
+                .await
+            {
+                Ok(decided) => break decided,
+                Err(e) => {
+                    tracing::debug!(transaction = %id, error = %e, "the store still fails a batch's commit write")
+                }
+            }
+        };
+        if decided {
+            tracing::info!(transaction = %id, "a batch whose outcome was unknown committed");
+            let items = tx.record.batch.clone();
+            self.publish_batch(&id, &items, &checked, &locked, planned)
+                .await;
+        } else {
+            let error = conflict(format!("batch commit {id} was failed before it committed"));
+            self.abandon_batch(&mut tx, &checked, &locked, &error).await;
+        }
+    }
+
+    /// The outcome of the batch a claimed key names (`idempotency`).
+    async fn batch_outcome(&self, claim: &Claimed) -> Result<Replay> {
+        let Some(id) = claim.record.transaction_id.as_deref() else {
+            return Err(Error::internal(
+                "a batch's idempotency key names no batch",
+                &claim.store_key,
+            ));
+        };
+        self.batch_outcome_of(id, Some(claim.record.claimed_at_ms))
+            .await
+    }
+
+    /// The outcome of batch `id`, once decided: waited for (`commit_wait`) while a live
+    /// gateway decides it; failed first when its gateway stopped before deciding it. A
+    /// record that does not exist (its key claimed at `claimed_at_ms`, a while ago) is a
+    /// batch whose gateway stopped before it started: `Unstarted`, to be run again.
+    async fn batch_outcome_of(&self, id: &str, claimed_at_ms: Option<u64>) -> Result<Replay> {
+        let (_, key) = locate(&self.layout, id)?;
+        let mut patience = Patience::new(self.commit_wait);
+        let mut last = None;
+        loop {
+            match self.store.get(&key).await {
+                Ok(None) => {
+                    // The claim is written just before the record: a moment after it, a
+                    // missing record was never written.
+                    if claimed_at_ms.is_some_and(|at| now_ms().saturating_sub(at) >= UNSTARTED_MS) {
+                        return Ok(Replay::Unstarted(id.to_string()));
+                    }
+                }
+                Ok(Some(obj)) => {
+                    let record: TransactionRecord = decode(&key, &obj.body)?;
+                    match record.status {
+                        TxStatus::Succeeded => {
+                            return Ok(Replay::Answer(Ok((
+                                id.to_string(),
+                                self.answers_of(&record).await,
+                            ))));
+                        }
+                        TxStatus::Failed | TxStatus::Canceled => {
+                            let code = record
+                                .error_code
+                                .unwrap_or(Code::ConcurrentModification as i32);
+                            let message = record
+                                .error
+                                .unwrap_or_else(|| format!("batch commit {id} did not commit"));
+                            return Ok(Replay::Answer(Err(of_batch(refusal(code, message), id))));
+                        }
+                        _ if self.abandoned(&record) => {
+                            self.abort_abandoned(&key, obj.etag, record).await?;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
+                Err(e) => last = Some(e),
+            }
+            if !patience.wait().await {
+                let cause =
+                    last.map_or("the batch is still deciding".to_string(), |e| e.to_string());
+                return Ok(Replay::Answer(Err(Error::commit_state_unknown(
+                    Some(id.to_string()),
+                    cause,
+                ))));
+            }
+        }
+    }
+
+    /// A committed batch's answer, from its record: the versions' ETags read from their
+    /// published manifests where the client's store shares them (once its tables are
+    /// settled, best effort: a reader would settle them anyway).
+    async fn answers_of(&self, record: &TransactionRecord) -> Vec<Done> {
+        if let Err(e) = self.settle_batch_items(&record.id, &record.batch).await {
+            tracing::debug!(transaction = %record.id, error = %e, "could not settle a committed batch before answering its retry");
+        }
+        let mut answers = record.answers.clone();
+        if self.layout.shares_etags() {
+            for (done, item) in answers.iter_mut().zip(&record.batch) {
+                if let Done::Version(v) = done
+                    && let Ok(Some((table, _))) = self.read_table(&item.table).await
+                    && let Ok(Some(receipt)) = self
+                        .read_receipt(&table, item.branch.as_deref(), v.version)
+                        .await
+                {
+                    v.e_tag = receipt.e_tag;
+                }
+            }
+        }
+        answers
     }
 
     /// Step 5 for one entry: its table's head settled (which publishes a committed lock),
@@ -369,7 +842,7 @@ impl Catalog {
     /// writer of the table, or to recovery: the batch has committed all the same.
     async fn publish_entry(&self, entry: &Entry, locked: &Locked) -> Result<Option<LogState>> {
         match locked {
-            Locked::Head(_) => Ok(Some(
+            Locked::Head { .. } => Ok(Some(
                 self.settle_log(&entry.record, entry.branch.as_deref())
                     .await?,
             )),
@@ -473,7 +946,9 @@ impl Catalog {
     /// a deletion, the next version, with the manifests it deletes chosen on the listing
     /// read beside the head; the lock answers how many versions it deletes), or its declare
     /// or deregister staged as an intent batch `id` decides.
-    async fn lock_entry(&self, entry: &Entry, id: &str) -> Result<Locked> {
+    /// With `wait`, a head another batch holds is waited for until then; without, it is
+    /// answered `Held` at once.
+    async fn lock_entry(&self, entry: &Entry, id: &str, wait: Option<Instant>) -> Result<Taken> {
         match &entry.kind {
             Kind::Declare {
                 location,
@@ -488,37 +963,62 @@ impl Catalog {
                         Some(id),
                     )
                     .await?;
-                return Ok(Locked::Intent {
+                return Ok(Taken::Locked(Locked::Intent {
                     key: staged.pending_key,
                     etag: staged.etag,
                     intent: Self::batch_create_intent(&self.node, &staged.record, id),
                     record: staged.record,
-                });
+                }));
             }
             Kind::Deregister => {
                 let (key, etag, intent, record) =
                     self.stage_deregister(&entry.record.id, id).await?;
-                return Ok(Locked::Intent {
+                return Ok(Taken::Locked(Locked::Intent {
                     key,
                     etag,
                     intent,
                     record,
-                });
+                }));
             }
             Kind::Version { .. } | Kind::Delete { .. } => {}
         }
-        self.lock_head(entry, id).await.map(Locked::Head)
+        self.lock_head(entry, id, wait).await
     }
 
     /// `lock_entry` for an entry that commits or deletes versions.
-    async fn lock_head(&self, entry: &Entry, id: &str) -> Result<u64> {
+    async fn lock_head(&self, entry: &Entry, id: &str, wait: Option<Instant>) -> Result<Taken> {
         let branch = entry.branch.as_deref();
         let key = self.head_key_of(&entry.record, branch)?;
-        for _ in 0..LOCK_TRIES {
+        let mut patience =
+            wait.map(|deadline| Patience::new(deadline.saturating_duration_since(Instant::now())));
+        let mut tries = 0;
+        while tries < LOCK_TRIES {
             let (log, stored) = self
                 .log_and_storage(&entry.record, branch, &entry.dir)
                 .await;
             let (log, stored) = (log?, stored?);
+            if let Some(lock) = log.live_lock() {
+                if lock.transaction_id == id {
+                    // This batch's own, which it could not let go of (`unlock_head`).
+                    return Ok(Taken::Locked(Locked::Head {
+                        count: lock.deletes.len() as u64,
+                        key,
+                        etag: log.etag.clone().unwrap_or_default(),
+                        head: log
+                            .head
+                            .clone()
+                            .unwrap_or_else(|| Self::new_head(&entry.record, 0)),
+                    }));
+                }
+                let waited = match patience.as_mut() {
+                    Some(patience) => patience.wait().await,
+                    None => false,
+                };
+                if waited {
+                    continue;
+                }
+                return Ok(Taken::Held(lock.transaction_id.clone()));
+            }
             let (version, manifest, staged, size, deletes) = match &entry.kind {
                 Kind::Version { staging, size } => {
                     if !self.follows(staging, &log, stored)? {
@@ -538,13 +1038,6 @@ impl Catalog {
                     ));
                 }
                 Kind::Delete { ranges } => {
-                    if let Some(lock) = log.live_lock() {
-                        return Err(conflict(format!(
-                            "table '{}' is held by batch commit {}, which is committing",
-                            self.show(&entry.record.id),
-                            lock.transaction_id
-                        )));
-                    }
                     let deletes = self.doomed_versions(&entry.record, branch, ranges).await?;
                     check_deletes(&deletes)?;
                     let latest = stored.max(log.head.as_ref().map(|h| h.version));
@@ -570,13 +1063,15 @@ impl Catalog {
                 locked_at_ms: now_ms(),
                 deletes,
             });
-            if self
-                .put_head(&key, &head, log.etag.as_deref())
-                .await?
-                .is_some()
-            {
-                return Ok(count);
+            if let Some(etag) = self.put_head(&key, &head, log.etag.as_deref()).await? {
+                return Ok(Taken::Locked(Locked::Head {
+                    count,
+                    key,
+                    etag,
+                    head,
+                }));
             }
+            tries += 1;
         }
         Err(conflict(format!(
             "table '{}' kept changing while the batch tried to lock it; retry",
@@ -615,11 +1110,13 @@ impl Catalog {
     /// Writes the batch's decision, conditional on the record as the batch last saw it:
     /// `false` when the record was decided otherwise first (by a gateway that found it
     /// abandoned, or by a cancel). A property set by AlterTransaction meanwhile is kept.
+    /// A commit writes what each entry did (`planned`) with it; a failure, its error.
     async fn decide_batch(
         &self,
         tx: &mut Transaction,
         status: TxStatus,
-        error: Option<String>,
+        error: Option<&Error>,
+        planned: &[Done],
     ) -> Result<bool> {
         loop {
             let mut record = tx.record.clone();
@@ -627,7 +1124,11 @@ impl Catalog {
                 return Ok(false);
             }
             record.status = status;
-            record.error = error.clone();
+            record.error = error.map(|e| e.message.clone());
+            record.error_code = error.map(|e| e.code as i32);
+            if status == TxStatus::Succeeded {
+                record.answers = planned.to_vec();
+            }
             match self.write_transaction(tx, record).await? {
                 Written::Done => return Ok(true),
                 Written::Gone => return Ok(false),
@@ -646,15 +1147,15 @@ impl Catalog {
     /// back (a declare's folder claim released, a deregister's mark removed). Failures here
     /// are left to the next settler, which finds the record failed or, failing that,
     /// abandoned.
-    async fn abandon_batch(
+    async fn abandon_batch<'a>(
         &self,
         tx: &mut Transaction,
         entries: &[Entry],
-        locked: &[Locked],
+        locked: impl IntoIterator<Item = &'a Locked>,
         error: &Error,
     ) {
         if let Err(e) = self
-            .decide_batch(tx, TxStatus::Failed, Some(error.message.clone()))
+            .decide_batch(tx, TxStatus::Failed, Some(error), &[])
             .await
         {
             tracing::warn!(transaction = %tx.record.id, error = %e, "could not fail a batch commit");

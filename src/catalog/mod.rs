@@ -31,6 +31,7 @@ pub mod batch;
 pub mod claims;
 pub mod commits;
 pub mod fsck;
+pub mod idempotency;
 pub mod intents;
 pub mod layout;
 pub mod leases;
@@ -95,6 +96,10 @@ pub struct Settings {
     pub managed_versioning: bool,
     /// The maintenance policy of tables whose properties do not override it.
     pub maintenance: policy::Policy,
+    /// How long a commit may wait, in all, for tables another batch holds, and for the
+    /// store to say whether its deciding write landed (`batch`): a quarter of the grace
+    /// period, at most 10 s, and at most a quarter of the request timeout where one is set.
+    pub commit_wait: Duration,
 }
 
 impl Settings {
@@ -105,7 +110,15 @@ impl Settings {
             grants: Arc::new(Grants::open()),
             managed_versioning: false,
             maintenance: policy::Policy::default(),
+            commit_wait: (grace / 4).min(Duration::from_secs(10)),
         }
+    }
+
+    /// Bounds `commit_wait` by a quarter of the request timeout, so a commit that waits
+    /// still answers within its request.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.commit_wait = self.commit_wait.min(timeout / 4);
+        self
     }
 
     pub fn with_maintenance(mut self, policy: policy::Policy) -> Self {
@@ -169,6 +182,8 @@ pub struct Catalog {
     layout: Layout,
     datasets: Arc<dyn DatasetReader>,
     grace_ms: u64,
+    /// `Settings::commit_wait`.
+    commit_wait: Duration,
     node: String,
     grants: Arc<Grants>,
     managed_versioning: bool,
@@ -254,6 +269,7 @@ impl Catalog {
             layout,
             datasets,
             grace_ms: settings.grace.as_millis() as u64,
+            commit_wait: settings.commit_wait,
             node: settings.node,
             grants: settings.grants,
             managed_versioning: settings.managed_versioning,

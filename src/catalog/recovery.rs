@@ -88,6 +88,13 @@ async fn sweep_once(catalog: &Catalog) -> Result<()> {
     let mut failed = None;
     for cell in &cells {
         note(&mut failed, cell, settle_cell(catalog, cell, false).await);
+        // Keys before records: a key is claimed before the record it names is written and
+        // expires `KEEP` after, so it expires before that record may be swept (`idempotency`).
+        match catalog.sweep_keys(cell).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "removed expired idempotency keys"),
+            Err(e) => note(&mut failed, cell, Err(e)),
+        }
         match catalog.sweep_transactions(cell).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "removed the records of old transactions"),

@@ -85,6 +85,13 @@ pub struct TransactionRecord {
     /// A batch commit's versions, one per table (`batch`): what a settler rolls forward.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub batch: Vec<BatchItem>,
+    /// A failed batch's error code (the spec's number): a retry by key answers it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<i32>,
+    /// What each entry of a committed batch did, written by its commit write itself: a
+    /// retry by key (`idempotency`) is answered from it, whoever finished the batch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<super::batch::Done>,
 }
 
 /// One table's change in a batch commit: a version it commits, or versions it deletes.
@@ -185,26 +192,38 @@ impl Catalog {
         target: &str,
         results: BTreeMap<String, String>,
     ) -> Result<Transaction> {
-        self.begin_transaction_of(table, op, target, results, Vec::new())
-            .await
+        let id = self.new_transaction_id(table)?;
+        self.begin_transaction_of(&id, table, op, target, results, Vec::new())
+            .await?
+            .ok_or_else(|| Error::internal("a new transaction id was taken", &id))
     }
 
-    /// `begin_transaction`, for a batch commit of `batch`.
+    /// A fresh transaction id for work on `table` (`<ms>-<uid>`, `@<bucket>` in endpoint
+    /// mode): the record it names is in the table's cell.
+    pub(crate) fn new_transaction_id(&self, table: &[String]) -> Result<String> {
+        let cell = self.layout.place(table)?.cell;
+        let stem = format!("{:013}-{}", now_ms(), new_uid());
+        Ok(match cell.strip_suffix('/') {
+            Some(bucket) => format!("{stem}@{bucket}"),
+            None => stem,
+        })
+    }
+
+    /// `begin_transaction` under id `id` (from `new_transaction_id`), for a batch commit of
+    /// `batch`: `None` when a record with that id exists already (a retry by key running
+    /// the batch of a claim whose record its first gateway had not written yet).
     pub(crate) async fn begin_transaction_of(
         &self,
+        id: &str,
         table: &[String],
         op: &str,
         target: &str,
         results: BTreeMap<String, String>,
         batch: Vec<BatchItem>,
-    ) -> Result<Transaction> {
-        let cell = self.layout.place(table)?.cell;
+    ) -> Result<Option<Transaction>> {
+        let (_, key) = locate(&self.layout, id)?;
         let now = now_ms();
-        let stem = format!("{now:013}-{}", new_uid());
-        let id = match cell.strip_suffix('/') {
-            Some(bucket) => format!("{stem}@{bucket}"),
-            None => stem.clone(),
-        };
+        let id = id.to_string();
         let record = TransactionRecord {
             format_version: FORMAT_VERSION,
             id,
@@ -220,13 +239,18 @@ impl Catalog {
             error: None,
             results,
             batch,
+            error_code: None,
+            answers: Vec::new(),
         };
-        let key = Layout::transaction_key(&cell, &stem);
-        let etag = self
+        match self
             .store
             .put(&key, encode(&record), Condition::IfAbsent)
-            .await?;
-        Ok(Transaction { key, etag, record })
+            .await
+        {
+            Ok(etag) => Ok(Some(Transaction { key, etag, record })),
+            Err(StoreError::PreconditionFailed) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes `record` over the transaction as its owner last read it (`tx`), conditional on
@@ -571,6 +595,8 @@ mod tests {
             error: None,
             results: BTreeMap::new(),
             batch: Vec::new(),
+            error_code: None,
+            answers: Vec::new(),
         }
     }
 

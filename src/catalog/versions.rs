@@ -112,7 +112,7 @@ pub(crate) fn check_ranges(ranges: &[(i64, i64)]) -> Result<()> {
 }
 
 /// A version as published.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CommittedVersion {
     pub version: u64,
     /// The final manifest, as the client's object store names it.
@@ -154,6 +154,9 @@ fn version_number(version: i64) -> Result<u64> {
         .filter(|v| *v >= 1 && *v < u64::MAX)
         .ok_or_else(|| Error::invalid(format!("version {version} is not a valid version number")))
 }
+
+/// The operation a CreateTableVersion's idempotency key is claimed for.
+pub const VERSION_OP: &str = "create_table_version";
 
 fn conflict(message: String) -> Error {
     Error::new(Code::ConcurrentModification, message)
@@ -380,18 +383,47 @@ impl Catalog {
                 size: staged.body.len() as u64,
                 ..Self::new_head(&record, version)
             };
-            if let Some(etag) = self.put_head(&head_key, &head, log.etag.as_deref()).await? {
-                break etag;
+            match self.put_head(&head_key, &head, log.etag.as_deref()).await {
+                Ok(Some(etag)) => break etag,
+                Ok(None) => {}
+                // Sent, but the store did not say: the head tells whether it landed.
+                Err(e) => {
+                    if let Some(etag) = self.landed_head(&head_key, &head, e).await? {
+                        break etag;
+                    }
+                }
             }
             // A rival moved the head: look again (its version may be the one asked for).
             let (again, newest) = self.log_and_storage(&record, branch, &staging.dir).await;
             (log, stored) = (again?, newest?);
         };
 
-        let etag = match self
+        // Committed: from here on nothing turns the answer into a failure. A publish the
+        // store fails is left to the next reader (managed readers settle the head first)
+        // and tried again after the answer.
+        let published = match self
             .publish_body(&staging.dir, &staging.manifest, staged.body.clone())
-            .await?
+            .await
         {
+            Ok(published) => published,
+            Err(e) => {
+                tracing::warn!(table = %self.show(&record.id), version, error = %e, "a committed version is left for its next reader, or for this gateway after the answer, to publish");
+                let (catalog, record, branch) =
+                    (self.clone(), record.clone(), staging.branch.clone());
+                self.after_answer(async move {
+                    if let Err(e) = catalog.settle_log(&record, branch.as_deref()).await {
+                        tracing::warn!(table = ?record.id, error = %e, "a committed version is left for its next reader to publish");
+                    }
+                });
+                return Ok(CommittedVersion {
+                    version,
+                    manifest_path: self.layout.store_path_of(&final_key),
+                    size: staged.body.len() as u64,
+                    e_tag: None,
+                });
+            }
+        };
+        let etag = match published {
             super::log::Published::At(etag) => etag,
             super::log::Published::Taken => {
                 // Taken in storage between the check and the publish by a writer that
@@ -426,6 +458,83 @@ impl Catalog {
             catalog.forget_staged(&staging).await;
         });
         Ok(committed)
+    }
+
+    /// `create_table_version` under an idempotency key (`idempotency`): a key used before
+    /// answers the first attempt's outcome, and one used with another request is refused.
+    /// The outcome is kept under the key after the answer; a retry that comes before it is
+    /// kept runs the commit again, which answers the same (a CreateTableVersion names its
+    /// staged manifest, and the one already committed is recognised by its receipt or its
+    /// bytes).
+    pub async fn create_table_version_keyed(
+        self: &std::sync::Arc<Self>,
+        ctx: &Ctx,
+        id: &[String],
+        req: NewVersion,
+        key: Option<super::idempotency::Key>,
+    ) -> Result<CommittedVersion> {
+        use super::idempotency::{Outcome, refusal};
+        let Some(key) = key else {
+            return self.create_table_version(ctx, id, req).await;
+        };
+        let cell = self.cell_of(id)?;
+        if let Some(claim) = self.find_key(ctx, &cell, &key, VERSION_OP).await? {
+            match claim.record.outcome {
+                Some(Outcome::Committed(version)) => return Ok(version),
+                Some(Outcome::Refused { code, message }) => return Err(refusal(code, message)),
+                None => {}
+            }
+        }
+        let result = self.create_table_version(ctx, id, req).await;
+        let outcome = match &result {
+            Ok(version) => Some(Outcome::Committed(version.clone())),
+            // A refusal stands; a store failure or an unknown outcome is the retry's to learn.
+            Err(e) if e.code.http_status() < 500 && !e.outcome_unknown => Some(Outcome::Refused {
+                code: e.code as i32,
+                message: e.message.clone(),
+            }),
+            Err(_) => None,
+        };
+        if let Some(outcome) = outcome {
+            let (catalog, ctx) = (self.clone(), ctx.clone());
+            self.after_answer(async move {
+                if let Err(e) = catalog
+                    .keep_outcome(&ctx, &cell, &key, VERSION_OP, outcome)
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not keep a commit's outcome under its idempotency key");
+                }
+            });
+        }
+        result
+    }
+
+    /// Whether a head write the store failed (`error`) landed after all: the head is read
+    /// until the store answers (`commit_wait`). Its ETag when it holds `head`'s version from
+    /// `head`'s staged manifest; `None` when it holds anything else (the write was
+    /// conditional on the head before, so it can no longer land); the unknown-outcome error
+    /// when the store will not say.
+    async fn landed_head(
+        &self,
+        key: &str,
+        head: &super::log::Head,
+        error: Error,
+    ) -> Result<Option<String>> {
+        let mut patience = super::Patience::new(self.commit_wait);
+        loop {
+            match self.store.get(key).await {
+                Ok(Some(obj)) => {
+                    let now: super::log::Head = super::records::decode(key, &obj.body)?;
+                    let ours = now.table_uid == head.table_uid
+                        && now.version == head.version
+                        && now.staged == head.staged;
+                    return Ok(ours.then_some(obj.etag));
+                }
+                Ok(None) => return Ok(None),
+                Err(_) if patience.wait().await => {}
+                Err(_) => return Err(Error::commit_state_unknown(None, error)),
+            }
+        }
     }
 
     /// What follows a published version: its receipt (which answers a retry once the staged

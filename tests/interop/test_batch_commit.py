@@ -277,14 +277,18 @@ def versions_seen(managed, gw, ids) -> list[int]:
             for t in ids]
 
 
-def batch_in_thread(gw, managed, ids, start: int):
+def batch_in_thread(gw, managed, ids, start: int, then=None):
     """Appends 3 rows (ids start..start+2) to every table in one batch through `gw`, in a
-    thread; answers the thread and a list that receives the outcome."""
+    thread; answers the thread and a list that receives the outcome. Sent once, unless
+    `then` names another gateway: a batch whose answer is lost is then resent there, under
+    the block's key, until the batch's outcome is settled."""
     outcome = []
+    uris = [gw.uri] if then is None else [gw.uri, then.uri]
 
     def run():
         try:
-            with transaction(gw.uri, headers={"x-api-key": managed["keys"]["app"]}) as tx:
+            with transaction(uris, headers={"x-api-key": managed["keys"]["app"]},
+                             retry_for=0 if then is None else 60) as tx:
                 for tid in ids:
                     lance.write_dataset(data(3, start=start), namespace_client=tx.namespace, table_id=tid,
                                         mode="append")
@@ -341,7 +345,7 @@ def batch_killed(doomed, managed, batch, wait) -> list:
 
     def run():
         try:
-            with transaction(doomed.uri, headers={"x-api-key": managed["keys"]["ops"]}) as tx:
+            with transaction(doomed.uri, headers={"x-api-key": managed["keys"]["ops"]}, retry_for=0) as tx:
                 batch(tx)
             outcome.append("committed")
         except Exception as e:  # noqa: BLE001 - the gateway is killed under it
@@ -405,6 +409,203 @@ def test_a_gateway_killed_at_each_step_of_a_batch(managed, step):
         assert survivor.stop() == 0
 
 
+@pytest.mark.parametrize("step", ["recorded", "locked", "committed", "published_one"])
+def test_a_batch_retried_by_key_on_the_other_gateway_applies_once(managed, step):
+    """The client's gateway is SIGKILLed when its batch reaches `step`; the helper resends
+    the batch, under the block's idempotency key, to the other gateway until it learns the
+    outcome. The client is told exactly what happened: success, with the versions, where the
+    batch committed (its rows there once, not twice); the settled failure, naming the batch,
+    where it did not (no row). fsck is clean after."""
+    ids = tables(managed, 3)
+    survivor = start_beside(managed)
+    doomed = start_beside(managed, {"LANCE_GATEWAY_FAULT_BATCH_PAUSE": step})
+    try:
+        thread, outcome = batch_in_thread(doomed, managed, ids, 900, then=survivor)
+        paused_at_fault(doomed)
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait()
+        thread.join(timeout=90)
+        assert outcome, "the helper did not settle the batch"
+        committed = step in ("committed", "published_one")
+        if committed:
+            assert outcome[0] == ("committed", {tuple(t): 2 for t in ids}), outcome
+        else:
+            kind, error = outcome[0]
+            assert kind == "failed" and isinstance(error, TransactionError), outcome
+            assert error.outcome == "failed" and error.transaction_id and error.code == 14, vars(error)
+        assert rows_of(managed, survivor, ids, 900) == ([3, 3, 3] if committed else [0, 0, 0])
+        assert versions_seen(managed, survivor, ids) == ([2, 2, 2] if committed else [1, 1, 1])
+        fsck_clean(managed)
+    finally:
+        if doomed.proc.poll() is None:
+            doomed.proc.kill()
+        assert survivor.stop() == 0
+
+
+def test_a_lost_answer_is_resent_by_the_helper_and_applies_once(managed):
+    """The store loses the answer to a batch's deciding write, after it landed or before,
+    and keeps failing the batch's record for a while: the gateway answers the distinct
+    unknown-outcome error (504, code 18, the batch's id), DescribeTransaction settles it,
+    and the helper, resending under its key, ends with the batch's one outcome. The rows are
+    there once."""
+    for landed in ("landed", "lost"):
+        ids = tables(managed, 2)
+        faulty = start_beside(managed, {"LANCE_GATEWAY_FAULT_COMMIT": landed,
+                                        "LANCE_GATEWAY_FAULT_COMMIT_MS": "2500"})
+        try:
+            headers = {"x-api-key": managed["keys"]["app"]}
+            # One send: the answer a client without the helper's retries gets.
+            with pytest.raises(TransactionError) as raised:
+                with transaction(faulty.uri, headers=headers, retry_for=0) as tx:
+                    for tid in ids:
+                        lance.write_dataset(data(4, start=600), namespace_client=tx.namespace, table_id=tid,
+                                            mode="append")
+            error = raised.value
+            assert (error.status, error.code, error.outcome) == (504, 18, "unknown"), vars(error)
+            assert error.transaction_id
+            deadline = time.time() + 30
+            while True:
+                status, body, _ = call(faulty.uri, "POST", f"/v1/transaction/{error.transaction_id}/describe",
+                                       {}, headers)
+                if status == 200 and body["status"] != "Running":
+                    break
+                assert time.time() < deadline, (status, body)
+                time.sleep(0.2)
+            assert body["status"] == "Succeeded", body
+            assert rows_of(managed, faulty, ids, 600)[:2] == [3, 3]
+            # Resent under the same key, to either gateway: the same batch, applied once.
+            for gw in (faulty, managed["gw"]):
+                again = tx._send(json_body(tx), gw.uri)
+                assert again[0] == 200 and again[1]["transaction_id"] == error.transaction_id, again
+            assert rows_of(managed, faulty, ids, 600)[:2] == [3, 3]
+            assert [len(lance.dataset(namespace_client=namespace(managed, "app"), table_id=t).to_table())
+                    for t in ids] == [14, 14]
+
+            # The helper's own retries: it resends until the outcome is settled, and returns.
+            with transaction(faulty.uri, headers=headers) as tx:
+                for tid in ids:
+                    lance.write_dataset(data(4, start=700), namespace_client=tx.namespace, table_id=tid,
+                                        mode="append")
+            assert tx.versions == {tuple(t): 3 for t in ids}
+            assert rows_of(managed, faulty, ids, 700)[:2] == [3, 3]
+            assert [len(lance.dataset(namespace_client=namespace(managed, "app"), table_id=t).to_table())
+                    for t in ids] == [18, 18]
+        finally:
+            assert faulty.stop() == 0
+    fsck_clean(managed)
+
+
+def json_body(tx) -> bytes:
+    """The body the helper sent for `tx`'s batch."""
+    import json
+    return json.dumps({"operations": list(tx._pending.values())}).encode()
+
+
+def test_the_same_key_with_another_batch_is_refused(managed):
+    """A key names one request: sent with another batch it is refused (409, naming the key),
+    and nothing of that batch is applied."""
+    ids = tables(managed, 2)
+    headers = {"x-api-key": managed["keys"]["app"]}
+    with transaction(managed["gw"].uri, headers=headers) as first:
+        lance.write_dataset(data(2, start=500), namespace_client=first.namespace, table_id=ids[0], mode="append")
+    with pytest.raises(TransactionError) as raised:
+        with transaction(managed["gw"].uri, headers=headers) as second:
+            second.key = first.key
+            lance.write_dataset(data(2, start=510), namespace_client=second.namespace, table_id=ids[1],
+                                mode="append")
+    assert (raised.value.status, raised.value.code) == (409, 14), vars(raised.value)
+    assert first.key in str(raised.value)
+    assert versions_seen(managed, managed["gw"], ids) == [2, 1]
+
+
+def test_a_block_over_an_unmanaged_table_is_refused_before_anything_is_written(tmp_path):
+    """Without managed versioning pylance commits each write itself, so a block could not
+    be atomic: the helper refuses the block at the first table, before any data is written,
+    and says how to turn managed versioning on."""
+    gw = start_gateway(["--warehouse", str(tmp_path / "wh")])
+    try:
+        ns = RestNamespace(uri=gw.uri)
+        ns.create_namespace(ln.CreateNamespaceRequest(id=["plain"]))
+        lance.write_dataset(data(5), namespace_client=ns, table_id=["plain", "t"], mode="create")
+        location = ns.describe_table(ln.DescribeTableRequest(id=["plain", "t"])).location
+        before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "wh").rglob("*") if p.is_file())
+        with pytest.raises(TransactionError, match="managed.versioning") as raised:
+            with transaction(gw.uri) as tx:
+                lance.write_dataset(data(5, start=5), namespace_client=tx.namespace, table_id=["plain", "t"],
+                                    mode="append")
+        assert raised.value.outcome == "refused"
+        assert "--managed-versioning true" in str(raised.value)
+        assert lance.dataset(location).count_rows() == 5
+        after = sorted(p.relative_to(tmp_path) for p in (tmp_path / "wh").rglob("*") if p.is_file())
+        assert after == before, set(after) - set(before)
+        # The block stays refused: nothing is sent at its end either.
+        with pytest.raises(TransactionError):
+            tx.commit()
+    finally:
+        assert gw.stop() == 0
+
+
+def test_overlapping_blocks_on_two_gateways_all_commit(managed):
+    """Six clients on two gateways, each running `transaction()` blocks that append to a
+    random subset (two to four) of four tables for 20 s, a refused block (409: a rival
+    committed first) run again on the new versions: every block commits within its tries
+    (overlapping batches wait for each other in one order, where they used to abort each
+    other), and each table holds exactly the rows of the blocks that committed, once."""
+    ids = tables(managed, 4)
+    other = start_beside(managed)
+    uris = [managed["gw"].uri, other.uri]
+    stop = time.time() + 20
+    lock = threading.Lock()
+    committed: list[list[int]] = [[] for _ in ids]
+    refused, failures = [0], []
+
+    def client(n):
+        rng = random.Random(n)
+        headers = {"x-api-key": managed["keys"]["app"]}
+        block = 0
+        try:
+            while time.time() < stop:
+                subset = sorted(rng.sample(range(4), rng.choice((2, 3, 4))))
+                start = 100_000 * (n + 1) + 10 * block
+                block += 1
+                for attempt in range(40):
+                    try:
+                        with transaction(uris[n % 2], headers=headers) as tx:
+                            for i in subset:
+                                lance.write_dataset(data(2, start=start), namespace_client=tx.namespace,
+                                                    table_id=ids[i], mode="append")
+                        break
+                    except TransactionError as e:
+                        assert e.code == 14 and e.outcome == "failed", vars(e)
+                        with lock:
+                            refused[0] += 1
+                else:
+                    raise AssertionError(f"client {n}: a block over {subset} was refused 40 times")
+                with lock:
+                    for i in subset:
+                        committed[i] += [start, start + 1]
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        assert not failures, failures
+        blocks = sum(len(c) for c in committed) // 2
+        assert blocks > 0
+        ns = namespace(managed, "viewer")
+        for i, tid in enumerate(ids):
+            got = lance.dataset(namespace_client=ns, table_id=tid).to_table(columns=["id"])["id"].to_pylist()
+            ran = sorted(x for x in got if x >= 100_000)
+            assert ran == sorted(committed[i]), (i, len(ran), len(committed[i]))
+        print(f"{blocks} table appends in committed blocks, {refused[0]} refusals on the way")
+    finally:
+        assert other.stop() == 0
+
+
 def test_the_gateways_own_writes_order_against_a_batch_through_the_log(managed):
     """A REST insert (the gateway's own Lance commit) to a table a batch has locked waits
     for the batch: it commits after it, on the next version, and neither loses rows. Before
@@ -463,7 +664,10 @@ def test_gateways_killed_at_random_moments_leave_every_batch_whole(managed):
         for round_ in range(12):
             doomed = start_beside(managed)
             marker = 1000 + 10 * round_
-            thread, outcome = batch_in_thread(doomed, managed, ids, marker)
+            # Every other round the helper resends the batch to the survivor under its key:
+            # then what the client is told is what happened.
+            retried = round_ % 2 == 1
+            thread, outcome = batch_in_thread(doomed, managed, ids, marker, then=survivor if retried else None)
             time.sleep(rng.uniform(0.05, 0.6))
             doomed.proc.send_signal(signal.SIGKILL)
             doomed.proc.wait()
@@ -476,6 +680,9 @@ def test_gateways_killed_at_random_moments_leave_every_batch_whole(managed):
             assert len(set(seen)) == 1, (round_, seen)
             if outcome and outcome[0][0] == "committed":
                 assert counts == [3, 3, 3]
+            if retried:
+                assert outcome, (round_, "the helper did not settle the batch")
+                assert (outcome[0][0] == "committed") == (counts == [3, 3, 3]), (round_, counts, outcome)
             append_once_free(survivor, {"x-api-key": managed["keys"]["app"]}, ids, marker + 5)
         fsck_clean(managed)
     finally:

@@ -9,6 +9,7 @@
 
 On the local warehouse and on SeaweedFS."""
 
+import datetime
 import os
 import tempfile
 import uuid
@@ -102,6 +103,14 @@ def test_remote_client_end_to_end(remote):
     indices = {i.name: i for i in table.list_indices()}
     assert sorted(str(i.index_type).upper().replace("_", "") for i in indices.values()) == ["FTS", "IVFPQ"]
     assert table.index_stats("vector_idx").num_indexed_rows == 320
+    # An index that does not exist: as on an embedded table, stats are None, a drop names
+    # the index (not a missing table) and a wait times out.
+    assert table.index_stats("nope_idx") is None
+    with pytest.raises(Exception, match="nope_idx") as dropped:
+        table.drop_index("nope_idx")
+    assert "Table '" not in str(dropped.value), dropped.value
+    with pytest.raises(Exception, match="(?i)timed? ?out"):
+        table.wait_for_index(["nope_idx"], timeout=datetime.timedelta(seconds=1))
 
     # update, delete, merge_insert: the versions and rows pylance sees
     updated = table.update(where="id < 3", values={"text": "changed"})

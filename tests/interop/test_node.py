@@ -749,3 +749,21 @@ def test_tag_errors_are_named(side):
     error = node.error("tags", table="t", action="create", tag="x", version=1)
     assert "already exists" in error and "retry limit" not in error.lower(), error
     assert {k: v["version"] for k, v in side.dataset(tid).tags.list().items()} == {"x": 1}
+
+
+def test_missing_indices_answer_as_on_an_embedded_table(side):
+    """An index that does not exist, asked about as LanceDB's calls do: `indexStats` answers
+    nothing (undefined), `dropIndex` names the index, `waitForIndex` times out. The namespace
+    mode runs LanceDB's own lance on the table (the embedded behaviour); the remote mode must
+    answer the same. Its client reads a 404 of `index/{name}/stats|drop|prewarm` as "no such
+    index", and any other status as a failure."""
+    node, path = side.node, side.namespace("noix")
+    tid = make_table(side, path, "t", 20)
+    node("createIndex", table="t", column="id", config={"type": "btree"})
+    assert node("indexStats", table="t", name="nope_idx") is None
+    assert node("indexStats", table="t", name="id_idx")["numIndexedRows"] == 20
+    error = node.error("dropIndex", table="t", name="nope_idx")
+    assert "nope_idx" in error and not re.search(r"Table '[^']*' was not found", error), error
+    error = node.error("waitForIndex", table="t", names=["nope_idx"], timeout=1)
+    assert re.search(r"(?i)timed? ?out", error) and "nope_idx" in error, error
+    assert [i.name for i in side.dataset(tid).describe_indices()] == ["id_idx"]
