@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::{final_key, stage};
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use lance_gateway::catalog::records::{
     FORMAT_VERSION, Intent, IntentKind, Mark, TableRecord, encode, now_ms,
 };
 use lance_gateway::catalog::transactions::TxStatus;
-use lance_gateway::catalog::versions::{NamingScheme, NewVersion};
+use lance_gateway::catalog::versions::NamingScheme;
 use lance_gateway::catalog::{Catalog, CreateMode};
 use lance_gateway::error::Code;
 use lance_gateway::store::fs::FsStore;
@@ -28,37 +30,6 @@ use lance_gateway::store::s3::S3Root;
 use lance_gateway::store::{Condition, Store};
 
 const GRACE: Duration = Duration::from_secs(2);
-
-fn final_key(t: &TableRecord, version: u64) -> String {
-    format!(
-        "{}/_versions/{}",
-        t.data_key,
-        NamingScheme::V2.file_name(version)
-    )
-}
-
-/// Stages `body` as version `version` of `t`, as a Lance client would; answers the request.
-async fn stage(
-    cat: &Catalog,
-    store: &Arc<dyn Store>,
-    t: &TableRecord,
-    version: u64,
-    body: &str,
-) -> NewVersion {
-    let key = format!("{}-{}", final_key(t, version), common::unique("s"));
-    store
-        .put(&key, Bytes::from(body.to_string()), Condition::None)
-        .await
-        .unwrap();
-    NewVersion {
-        version: version as i64,
-        manifest_path: cat.layout().store_path_of(&key),
-        manifest_size: Some(body.len() as i64),
-        e_tag: None,
-        naming_scheme: Some("V2".into()),
-        branch: None,
-    }
-}
 
 async fn body_at(store: &Arc<dyn Store>, key: &str) -> Option<String> {
     store

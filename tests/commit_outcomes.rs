@@ -13,6 +13,8 @@
 
 mod common;
 
+use common::{final_key, stage};
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,7 +29,6 @@ use lance_gateway::catalog::idempotency::Key;
 use lance_gateway::catalog::layout::Warehouse;
 use lance_gateway::catalog::records::TableRecord;
 use lance_gateway::catalog::transactions::TxStatus;
-use lance_gateway::catalog::versions::{NamingScheme, NewVersion};
 use lance_gateway::error::Code;
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::s3::S3Root;
@@ -142,37 +143,6 @@ impl Store for Faulty {
 
     async fn check(&self) -> StoreResult<()> {
         self.inner.check().await
-    }
-}
-
-fn final_key(t: &TableRecord, version: u64) -> String {
-    format!(
-        "{}/_versions/{}",
-        t.data_key,
-        NamingScheme::V2.file_name(version)
-    )
-}
-
-/// Stages `body` as version `version` of `t`, as a Lance client would.
-async fn stage(
-    cat: &Catalog,
-    store: &Arc<dyn Store>,
-    t: &TableRecord,
-    version: u64,
-    body: &str,
-) -> NewVersion {
-    let key = format!("{}-{}", final_key(t, version), common::unique("s"));
-    store
-        .put(&key, Bytes::from(body.to_string()), Condition::None)
-        .await
-        .unwrap_or_else(|e| panic!("staging {key}: {e}"));
-    NewVersion {
-        version: version as i64,
-        manifest_path: cat.layout().store_path_of(&key),
-        manifest_size: Some(body.len() as i64),
-        e_tag: None,
-        naming_scheme: Some("V2".into()),
-        branch: None,
     }
 }
 

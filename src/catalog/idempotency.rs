@@ -109,6 +109,18 @@ pub struct KeyRecord {
 }
 
 impl KeyRecord {
+    /// A claim of `key` for `op`, made now.
+    fn new(op: &str, key: &Key, transaction_id: Option<&str>, outcome: Option<Outcome>) -> Self {
+        KeyRecord {
+            format_version: FORMAT_VERSION,
+            op: op.to_string(),
+            fingerprint: key.fingerprint.clone(),
+            claimed_at_ms: now_ms(),
+            transaction_id: transaction_id.map(str::to_string),
+            outcome,
+        }
+    }
+
     /// Whether it is still honoured.
     pub fn live(&self) -> bool {
         now_ms().saturating_sub(self.claimed_at_ms) < KEEP.as_millis() as u64
@@ -185,14 +197,7 @@ impl Catalog {
         transaction_id: Option<&str>,
     ) -> Result<Option<Claimed>> {
         let store_key = store_key(cell, &ctx.principal.name, &key.name);
-        let record = KeyRecord {
-            format_version: FORMAT_VERSION,
-            op: op.to_string(),
-            fingerprint: key.fingerprint.clone(),
-            claimed_at_ms: now_ms(),
-            transaction_id: transaction_id.map(str::to_string),
-            outcome: None,
-        };
+        let record = KeyRecord::new(op, key, transaction_id, None);
         // Create-if-absent first (the caller has just looked and found none); a claim found
         // in the way is answered, or replaced when it has expired.
         let mut condition = Condition::IfAbsent;
@@ -236,14 +241,7 @@ impl Catalog {
         outcome: Outcome,
     ) -> Result<()> {
         let store_key = store_key(cell, &ctx.principal.name, &key.name);
-        let record = KeyRecord {
-            format_version: FORMAT_VERSION,
-            op: op.to_string(),
-            fingerprint: key.fingerprint.clone(),
-            claimed_at_ms: now_ms(),
-            transaction_id: None,
-            outcome: Some(outcome),
-        };
+        let record = KeyRecord::new(op, key, None, Some(outcome));
         // Create-if-absent: a key already holding an outcome keeps the first one.
         match self
             .store
@@ -272,13 +270,8 @@ impl Catalog {
                 let Ok(record) = decode::<KeyRecord>(key, &obj.body) else {
                     continue;
                 };
-                if record.live() {
-                    continue;
-                }
-                match self.store.delete(key, Condition::IfMatch(obj.etag)).await {
-                    Ok(()) => removed += 1,
-                    Err(StoreError::PreconditionFailed) => {}
-                    Err(e) => return Err(e.into()),
+                if !record.live() {
+                    removed += self.remove_unchanged(key, obj.etag).await?;
                 }
             }
             if !page.more {

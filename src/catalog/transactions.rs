@@ -490,17 +490,22 @@ impl Catalog {
                     if record.status == TxStatus::Succeeded {
                         self.settle_batch_items(&record.id, &record.batch).await?;
                     }
-                    match self.store.delete(key, Condition::IfMatch(obj.etag)).await {
-                        Ok(()) => removed += 1,
-                        Err(StoreError::PreconditionFailed) => {}
-                        Err(e) => return Err(e.into()),
-                    }
+                    removed += self.remove_unchanged(key, obj.etag).await?;
                 }
             }
             if !page.more {
                 return Ok(removed);
             }
             after = page.keys.last().cloned();
+        }
+    }
+
+    /// Removes the object at `key` if it is still as read (`etag`); answers 1 if it did.
+    pub(crate) async fn remove_unchanged(&self, key: &str, etag: String) -> Result<u64> {
+        match self.store.delete(key, Condition::IfMatch(etag)).await {
+            Ok(()) => Ok(1),
+            Err(StoreError::PreconditionFailed) => Ok(0),
+            Err(e) => Err(e.into()),
         }
     }
 }

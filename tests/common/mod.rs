@@ -128,3 +128,40 @@ pub async fn open_catalog(
         .expect("the catalog opens"),
     )
 }
+
+/// The final manifest of `version` of table `t` (V2 names).
+pub fn final_key(t: &lance_gateway::catalog::records::TableRecord, version: u64) -> String {
+    format!(
+        "{}/_versions/{}",
+        t.data_key,
+        lance_gateway::catalog::versions::NamingScheme::V2.file_name(version)
+    )
+}
+
+/// Stages `body` as version `version` of `t`, as a Lance client would; answers the
+/// CreateTableVersion request that commits it.
+pub async fn stage(
+    cat: &lance_gateway::catalog::Catalog,
+    store: &DynStore,
+    t: &lance_gateway::catalog::records::TableRecord,
+    version: u64,
+    body: &str,
+) -> lance_gateway::catalog::versions::NewVersion {
+    let key = format!("{}-{}", final_key(t, version), unique("s"));
+    store
+        .put(
+            &key,
+            bytes::Bytes::from(body.to_string()),
+            lance_gateway::store::Condition::None,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("staging {key}: {e}"));
+    lance_gateway::catalog::versions::NewVersion {
+        version: version as i64,
+        manifest_path: cat.layout().store_path_of(&key),
+        manifest_size: Some(body.len() as i64),
+        e_tag: None,
+        naming_scheme: Some("V2".into()),
+        branch: None,
+    }
+}
