@@ -81,9 +81,6 @@ class _Recording(LanceNamespace):
     def declare_table(self, request: Any) -> Any:
         return self._tx._managed(request, self._tx._rest.declare_table(request))
 
-    def create_empty_table(self, request: Any) -> Any:
-        return self._tx._managed(request, self._tx._rest.create_empty_table(request))
-
     def create_table_version(self, request: Any) -> Any:
         body = _plain(request)
         self._tx._record(body)
