@@ -26,7 +26,6 @@ use lance_gateway::catalog::{Catalog, CreateMode};
 use lance_gateway::error::Code;
 use lance_gateway::store::fs::FsStore;
 use lance_gateway::store::memory::MemoryStore;
-use lance_gateway::store::s3::S3Root;
 use lance_gateway::store::{Condition, Store};
 
 const GRACE: Duration = Duration::from_secs(2);
@@ -792,24 +791,14 @@ async fn batches_on_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_on_local_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = FsStore::open_with_sync(dir.path(), false).unwrap();
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let store = FsStore::open_with_sync(dir.path(), false).expect("the local store opens");
     let warehouse = Warehouse::Local(store.root().to_path_buf());
     rules(Arc::new(store), warehouse).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_on_s3() {
-    let env = common::s3_env();
-    let client = common::s3_client(&env).await;
-    let bucket = common::fresh_bucket(&client, "batch").await;
-    let root = S3Root::Bucket {
-        bucket: bucket.clone(),
-        prefix: String::new(),
-    };
-    let warehouse = Warehouse::S3Bucket {
-        bucket,
-        prefix: String::new(),
-    };
-    rules(Arc::new(common::s3_store(&env, client, root)), warehouse).await;
+    let (store, warehouse) = common::s3_warehouse("batch").await;
+    rules(Arc::new(store), warehouse).await;
 }

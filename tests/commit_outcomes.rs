@@ -31,7 +31,6 @@ use lance_gateway::catalog::records::TableRecord;
 use lance_gateway::catalog::transactions::TxStatus;
 use lance_gateway::error::Code;
 use lance_gateway::store::fs::FsStore;
-use lance_gateway::store::s3::S3Root;
 use lance_gateway::store::{Condition, Object, Page, Store, StoreError, StoreResult};
 
 const GRACE: Duration = Duration::from_secs(2);
@@ -215,7 +214,7 @@ async fn batch(
 }
 
 fn key(name: &str, request: &str) -> Option<Key> {
-    Some(Key::new(name, format!("fingerprint of {request}")).unwrap())
+    Some(Key::new(name, format!("fingerprint of {request}")).expect("a valid key"))
 }
 
 fn versions(done: &[Done]) -> Vec<u64> {
@@ -392,7 +391,10 @@ async fn outcomes(faulty: Arc<Faulty>, warehouse: Warehouse) {
         .await
         .unwrap_err();
     assert!(err.outcome_unknown, "{err}");
-    let id = err.transaction_id.clone().unwrap();
+    let id = err
+        .transaction_id
+        .clone()
+        .expect("the unknown outcome names the batch");
     tokio::time::sleep(GRACE + Duration::from_millis(2600)).await;
     let refused = b
         .commit_batch_keyed(&ctx, entries, key("k-lost", "lost"))
@@ -498,8 +500,8 @@ async fn contention(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_outcomes_on_local_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = FsStore::open_with_sync(dir.path(), false).unwrap();
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let store = FsStore::open_with_sync(dir.path(), false).expect("the local store opens");
     let warehouse = Warehouse::Local(store.root().to_path_buf());
     let faulty = Arc::new(Faulty {
         inner: Arc::new(store),
@@ -510,19 +512,9 @@ async fn commit_outcomes_on_local_directory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_outcomes_on_s3() {
-    let env = common::s3_env();
-    let client = common::s3_client(&env).await;
-    let bucket = common::fresh_bucket(&client, "outcome").await;
-    let root = S3Root::Bucket {
-        bucket: bucket.clone(),
-        prefix: String::new(),
-    };
-    let warehouse = Warehouse::S3Bucket {
-        bucket,
-        prefix: String::new(),
-    };
+    let (store, warehouse) = common::s3_warehouse("outcome").await;
     let faulty = Arc::new(Faulty {
-        inner: Arc::new(common::s3_store(&env, client, root)),
+        inner: Arc::new(store),
         plan: Mutex::new(Plan::default()),
     });
     outcomes(faulty, warehouse).await;

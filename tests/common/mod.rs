@@ -165,3 +165,24 @@ pub async fn stage(
         branch: None,
     }
 }
+
+/// A warehouse in a fresh bucket of the test run's S3 server, and the store over it.
+pub async fn s3_warehouse(
+    tag: &str,
+) -> (
+    lance_gateway::store::s3::S3Store,
+    lance_gateway::catalog::layout::Warehouse,
+) {
+    let env = s3_env();
+    let client = s3_client(&env).await;
+    let bucket = fresh_bucket(&client, tag).await;
+    let root = lance_gateway::store::s3::S3Root::Bucket {
+        bucket: bucket.clone(),
+        prefix: String::new(),
+    };
+    let warehouse = lance_gateway::catalog::layout::Warehouse::S3Bucket {
+        bucket,
+        prefix: String::new(),
+    };
+    (s3_store(&env, client, root), warehouse)
+}
