@@ -13,10 +13,16 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
+/// `--version`: the release and the record formats it reads and writes (`catalog::upgrade`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (catalog record formats: reads 1-3, writes 2-3; writes 3 once the warehouse is upgraded)"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "lance-gateway",
-    version,
+    version = VERSION,
     about = "A Lance Namespace REST catalog over S3-compatible stores or a local warehouse"
 )]
 pub struct Cli {
@@ -95,6 +101,86 @@ pub enum AdminCommand {
         /// many hours (0: note every table that is due).
         #[arg(long, default_value_t = 24)]
         overdue_hours: u64,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// Say the warehouse's format and the gateways seen serving it; with --to, raise the
+    /// format (once no gateway of an older release serves the warehouse: see
+    /// docs/consistency.md, "Upgrades"). Refused while the registry shows a live gateway
+    /// that cannot read the new format, unless --force.
+    Upgrade {
+        /// The format to raise the warehouse to (this release writes up to 3).
+        #[arg(long)]
+        to: Option<u32>,
+        /// Raise it even though the registry shows gateways that cannot read it.
+        #[arg(long, requires = "to")]
+        force: bool,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// List the tables dropped in a namespace and kept for undrop (the root when none is
+    /// given): drop id, when, by whom, size, when they will be purged.
+    Dropped {
+        /// A namespace id, its parts joined by `$`.
+        namespace: Option<String>,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// Undrop a dropped table: every version, tag and index as they were.
+    Undrop {
+        /// The table's id when it was dropped, its parts joined by `$`.
+        id: String,
+        /// Which drop, when the name was dropped more than once [default: the latest].
+        #[arg(long)]
+        drop_id: Option<String>,
+        /// Undrop it under this id instead (its parts joined by `$`), when the name was
+        /// taken again.
+        #[arg(long = "as")]
+        new_id: Option<String>,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// Write a consistent copy of the catalog's records (not the data) to a file, with the
+    /// version each table is at (docs/consistency.md, "Backup and restore").
+    Backup {
+        /// The file to write (JSON lines; `-` for standard output).
+        #[arg(long)]
+        to: std::path::PathBuf,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// Write a backup into this warehouse, whose catalog must be empty (unless --force),
+    /// pointing every table at its folder here (copy the data first when restoring into
+    /// another bucket or prefix).
+    Restore {
+        /// The backup file (`-` for standard input).
+        #[arg(long)]
+        from: std::path::PathBuf,
+        /// Write over a catalog that is there (objects of the same keys are replaced).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// Check every table of a backup (or of the catalog) against storage: the version it
+    /// was at, or a newer one, must be there. Exit status 1 when any is missing.
+    Verify {
+        /// The backup file [default: the live catalog].
+        #[arg(long)]
+        from: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        common: Box<AdminCommon>,
+    },
+    /// Delete a dropped table's data now, before its retention ends. Cannot be undone.
+    Purge {
+        /// The table's id when it was dropped, its parts joined by `$`.
+        id: String,
+        /// Which drop [default: the latest].
+        #[arg(long)]
+        drop_id: Option<String>,
+        /// The table's id typed again, to confirm.
+        #[arg(long)]
+        confirm: String,
         #[command(flatten)]
         common: Box<AdminCommon>,
     },
@@ -354,6 +440,10 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE_POLICY", value_delimiter = ',')]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub maintenance_policy: Option<Vec<String>>,
+    /// How long a dropped table is kept (data, versions, tags, indices) so it can be undropped, before the maintenance sweep purges it: `7d`, `36h`, `0s` (delete at once, as before format 3); overridable per namespace and table with the `maintenance.drop_retention` property [default: 7d].
+    #[arg(long, env = "LANCE_GATEWAY_DROP_RETENTION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_retention: Option<String>,
     /// Tables maintained at once by this gateway [default: 1].
     #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE_CONCURRENCY")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -755,7 +845,11 @@ impl Config {
                 n => n,
             },
         };
-        let maintenance_policy = maintenance_policy(s.maintenance_policy.as_deref())?;
+        let mut maintenance_policy = maintenance_policy(s.maintenance_policy.as_deref())?;
+        if let Some(retention) = &s.drop_retention {
+            maintenance_policy.drop_retention = crate::catalog::policy::duration(retention)
+                .map_err(|e| bad("drop-retention", e))?;
+        }
         let maintenance = crate::maintain::Settings {
             enabled: s.maintenance.unwrap_or(true),
             concurrency: at_least_one("maintenance-concurrency", s.maintenance_concurrency, 1)?,
@@ -880,6 +974,19 @@ mod tests {
             config: None,
             settings,
         })
+    }
+
+    #[test]
+    fn the_version_names_the_formats_this_build_reads_and_writes() {
+        use crate::catalog::records::{BASE_WAREHOUSE_FORMAT, READS_UP_TO, WRITES_UP_TO};
+        assert!(
+            VERSION.contains(&format!("reads 1-{READS_UP_TO}")),
+            "{VERSION}"
+        );
+        assert!(
+            VERSION.contains(&format!("writes {BASE_WAREHOUSE_FORMAT}-{WRITES_UP_TO}")),
+            "{VERSION}"
+        );
     }
 
     #[test]

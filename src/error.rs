@@ -197,6 +197,40 @@ impl Error {
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(Code::ServiceUnavailable, message)
     }
+    /// A catalog record at `key` written in a format newer than this build reads: a newer
+    /// release is serving the warehouse beside this one. Nothing is done with the record
+    /// (it is never rolled back, deleted or rewritten); the request is answered 503 naming
+    /// both formats, so a client retries (a balancer may send it to a newer gateway). Logged
+    /// once per key and counted (`lance_gateway_newer_records_total`).
+    pub fn newer_format(key: &str, format: u32) -> Self {
+        use crate::catalog::records::READS_UP_TO;
+        static LOGGED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+            std::sync::LazyLock::new(Default::default);
+        crate::telemetry::newer_record();
+        let first = LOGGED
+            .lock()
+            .map(|mut seen| seen.len() < 10_000 && seen.insert(key.to_string()))
+            .unwrap_or(false);
+        if first {
+            tracing::warn!(
+                key,
+                format,
+                reads_up_to = READS_UP_TO,
+                release = env!("CARGO_PKG_VERSION"),
+                "a catalog record is in a newer format than this gateway reads; it is left for a newer gateway"
+            );
+        }
+        Self::new(
+            Code::ServiceUnavailable,
+            format!(
+                "a catalog record this request needs is in format {format}, and this gateway \
+                 (lance-gateway {}) reads formats up to {READS_UP_TO}: a newer release wrote \
+                 it; retry on a newer gateway, or upgrade this one",
+                env!("CARGO_PKG_VERSION")
+            ),
+        )
+        .with_detail(key.to_string())
+    }
     pub fn permission_denied(message: impl Into<String>) -> Self {
         Self::new(Code::PermissionDenied, message)
     }

@@ -57,6 +57,12 @@ pub const MAINTENANCE_RUNS: &str = "lance_gateway_maintenance_runs_total";
 pub const MAINTENANCE_SECONDS: &str = "lance_gateway_maintenance_duration_seconds";
 pub const MAINTENANCE_RECLAIMED: &str = "lance_gateway_maintenance_bytes_reclaimed_total";
 pub const MAINTENANCE_DUE: &str = "lance_gateway_maintenance_tables_due";
+pub const BUILD_INFO: &str = "lance_gateway_build_info";
+pub const NEWER_RECORDS: &str = "lance_gateway_newer_records_total";
+pub const DROPPED_TABLES: &str = "lance_gateway_dropped_tables";
+pub const DROPPED_BYTES: &str = "lance_gateway_dropped_bytes";
+pub const PURGES: &str = "lance_gateway_purges_total";
+pub const DROPS: &str = "lance_gateway_table_drops_total";
 
 /// Request latencies: from well under a millisecond (a describe) to the request timeout.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -132,6 +138,39 @@ pub fn install() -> Result<PrometheusHandle, String> {
     describe_gauge!(
         MAINTENANCE_DUE,
         "Tables this gateway last found due for a task and has not maintained since."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1: the release, and the record formats it reads and writes (`reads_up_to`, `writes_up_to`)."
+    );
+    gauge!(
+        BUILD_INFO,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "reads_up_to" => crate::catalog::records::READS_UP_TO.to_string(),
+        "writes_up_to" => crate::catalog::records::WRITES_UP_TO.to_string(),
+        "base_format" => crate::catalog::records::FORMAT_VERSION.to_string()
+    )
+    .set(1.0);
+    describe_counter!(
+        NEWER_RECORDS,
+        "Catalog records met in a format newer than this gateway reads (left for a newer gateway; the request answered 503)."
+    );
+    describe_gauge!(
+        DROPPED_TABLES,
+        "Dropped tables kept for undrop, as the last purge sweep of this gateway counted them."
+    );
+    describe_gauge!(
+        DROPPED_BYTES,
+        metrics::Unit::Bytes,
+        "Bytes held by dropped tables kept for undrop, as the last purge sweep counted them."
+    );
+    describe_counter!(
+        PURGES,
+        "Dropped tables purged (their data deleted), by why: `expired` (the sweep) or `requested`."
+    );
+    describe_counter!(
+        DROPS,
+        "Tables dropped, by how: `kept` (soft: undroppable until purged) or `deleted` (at once)."
     );
     Ok(handle)
 }
@@ -421,6 +460,23 @@ pub fn store_op(op: &'static str, outcome: &'static str, took: Duration) {
     });
     count.increment(1);
     time.record(took.as_secs_f64());
+}
+
+pub fn newer_record() {
+    counter!(NEWER_RECORDS).increment(1);
+}
+
+pub fn dropped(kept: bool) {
+    counter!(DROPS, "how" => if kept { "kept" } else { "deleted" }).increment(1);
+}
+
+pub fn purged(why: &'static str) {
+    counter!(PURGES, "why" => why).increment(1);
+}
+
+pub fn dropped_held(tables: usize, bytes: u64) {
+    gauge!(DROPPED_TABLES).set(tables as f64);
+    gauge!(DROPPED_BYTES).set(bytes as f64);
 }
 
 pub fn sweep(ok: bool) {

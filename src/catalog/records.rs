@@ -16,9 +16,29 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// The layout and record format this build writes and reads. Version 2 added intents with
-/// a committed state and marks on records; a version-1 gateway refuses version-2 records.
+/// The record format every kind of record existing in format 2 is still written in, whatever
+/// the warehouse's format: a gateway of the previous release reads them. Version 2 added
+/// intents with a committed state and marks on records; a version-1 gateway refuses them.
 pub const FORMAT_VERSION: u32 = 2;
+
+/// Format 3 adds soft drops: the records of dropped tables kept for undrop (`dropped/`),
+/// drop intents that keep a table's data (`keep_until_ms`), purge a dropped table
+/// (`dropped`) or undrop one (`undrop_table`), and the gateway registry (`gateways/`).
+/// These are written only once the warehouse's format is 3 (`CellRecord::warehouse_format`),
+/// so a release that reads format 2 at most never meets them until an operator says it is
+/// gone (`admin upgrade`).
+pub const FORMAT_SOFT_DROP: u32 = 3;
+
+/// The newest format this build reads: records of a newer one are left untouched for a
+/// newer gateway (`decode` refuses them with `Error::newer_format`).
+pub const READS_UP_TO: u32 = 3;
+
+/// The newest format this build writes, where the warehouse's format allows it.
+pub const WRITES_UP_TO: u32 = 3;
+
+/// The warehouse format of a cell whose record names none: written by a release before
+/// format 3, which knew no warehouse format.
+pub const BASE_WAREHOUSE_FORMAT: u32 = FORMAT_VERSION;
 
 pub type Properties = HashMap<String, String>;
 
@@ -73,6 +93,17 @@ pub struct CellRecord {
     /// In endpoint mode the cell is the level-1 namespace named after its bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<NamespaceRecord>,
+    /// The newest record format gateways may write in this cell (absent: format 2). Raised
+    /// by `admin upgrade` once no gateway of an older release serves the warehouse; never
+    /// lowered by a gateway. Releases before format 3 ignore the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warehouse_format: Option<u32>,
+}
+
+impl CellRecord {
+    pub fn warehouse_format(&self) -> u32 {
+        self.warehouse_format.unwrap_or(BASE_WAREHOUSE_FORMAT)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -174,16 +205,56 @@ pub enum IntentKind {
         record: TableRecord,
     },
     /// A drop (`delete_data`) or deregister: `record` is marked, and once committed it is
-    /// deleted, then its data (for a drop) and its folder claim.
+    /// deleted, then its data (for a drop) and its folder claim. A soft drop
+    /// (`keep_until_ms`, format 3) keeps the data and the claim and leaves a `DroppedTable`
+    /// at `dropped/` instead. A purge of a dropped table (`dropped`, format 3: the key of its
+    /// `DroppedTable`, which is marked instead of a table record) deletes the data, the claim,
+    /// then the dropped record.
     DropTable {
         record: TableRecord,
         delete_data: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keep_until_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dropped: Option<String>,
+        /// Who dropped it (a soft drop's `DroppedTable::dropped_by`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dropped_by: Option<String>,
     },
     /// A namespace drop: the namespace is marked while its children are checked or dropped.
     DropNamespace { id: Vec<String> },
     /// A create in Overwrite mode replacing the properties of an existing namespace: it is
     /// marked while it is checked to be empty.
     ReplaceNamespace { id: Vec<String> },
+    /// An undrop (format 3), at the target name's pending key: the dropped record at
+    /// `dropped` is marked, and once committed `record` (the table under its name) is
+    /// published and the dropped record deleted. A rename out of the dropped tables.
+    UndropTable {
+        dropped: String,
+        record: TableRecord,
+    },
+}
+
+/// A table dropped and kept for its retention period (`dropped/<drop_id>.json`, format 3):
+/// its record as it was, when and by whom it was dropped, and when it may be purged. Its
+/// data folder stays claimed by its uid, so no new table takes the folder.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DroppedTable {
+    pub format_version: u32,
+    /// The drop's operation id: how undrop and purge name this drop.
+    pub drop_id: String,
+    pub table: TableRecord,
+    pub dropped_at_ms: u64,
+    /// The principal that dropped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_by: Option<String>,
+    /// When the maintenance sweep may purge it.
+    pub purge_after_ms: u64,
+    /// Set while an undrop or purge of it is in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<Mark>,
+    #[serde(default)]
+    pub rev: String,
 }
 
 impl Intent {
@@ -221,6 +292,7 @@ impl Intent {
             IntentKind::DropTable { .. } => "drop_table",
             IntentKind::DropNamespace { .. } => "drop_namespace",
             IntentKind::ReplaceNamespace { .. } => "replace_namespace",
+            IntentKind::UndropTable { .. } => "undrop_table",
         }
     }
 }
@@ -287,6 +359,9 @@ impl Entry {
             }
             (Some(_), _) if version < 2 => {
                 Entry::LegacyPending(serde_json::from_value(value).map_err(unreadable)?)
+            }
+            (Some(_), _) if version > u64::from(READS_UP_TO) => {
+                return Err(Error::newer_format(key, version as u32));
             }
             (Some(_), _) => Entry::Intent(serde_json::from_value(value).map_err(unreadable)?),
             (None, EntryKey::Namespace) => {
@@ -355,7 +430,10 @@ impl Entry {
         match self {
             Entry::Intent(Intent {
                 state: IntentState::Committed,
-                kind: IntentKind::CreateTable { record } | IntentKind::RenameTable { record, .. },
+                kind:
+                    IntentKind::CreateTable { record }
+                    | IntentKind::RenameTable { record, .. }
+                    | IntentKind::UndropTable { record, .. },
                 ..
             }) => Some(record),
             _ => None,
@@ -416,15 +494,8 @@ pub fn decode<T: for<'de> Deserialize<'de>>(key: &str, body: &[u8]) -> Result<T>
                 .format_version
         }
     };
-    let version = Version { format_version };
-    if version.format_version > FORMAT_VERSION {
-        return Err(Error::internal(
-            "the warehouse was written by a newer lance-gateway",
-            format!(
-                "{key}: format_version {} > {FORMAT_VERSION}",
-                version.format_version
-            ),
-        ));
+    if format_version > READS_UP_TO {
+        return Err(Error::newer_format(key, format_version));
     }
     serde_json::from_slice(body)
         .map_err(|e| Error::internal("a catalog record is unreadable", format!("{key}: {e}")))
@@ -503,6 +574,9 @@ mod tests {
             IntentKind::DropTable {
                 record: table(),
                 delete_data: true,
+                keep_until_ms: None,
+                dropped: None,
+                dropped_by: None,
             },
         );
         let entry = Entry::decode("k", EntryKey::Drop, &encode(&drop)).unwrap();
@@ -511,8 +585,49 @@ mod tests {
     }
 
     #[test]
-    fn newer_records_are_refused() {
-        let body = serde_json::json!({"format_version": FORMAT_VERSION + 1, "op": "x"});
-        assert!(Entry::decode("k", EntryKey::Drop, body.to_string().as_bytes()).is_err());
+    fn newer_records_are_refused_naming_both_formats() {
+        let body = serde_json::json!({"format_version": READS_UP_TO + 1, "op": "x"});
+        let e = Entry::decode("k", EntryKey::Drop, body.to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.code, crate::error::Code::ServiceUnavailable);
+        assert!(
+            e.message.contains(&format!("format {}", READS_UP_TO + 1)),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains(&format!("up to {READS_UP_TO}")),
+            "{}",
+            e.message
+        );
+        // A record of format 3 is read.
+        let body = serde_json::json!({"format_version": FORMAT_SOFT_DROP, "op": "drop_table",
+            "op_id": "o", "owner": "n", "started_at_ms": 1, "record": table(),
+            "delete_data": true, "keep_until_ms": 9});
+        let entry = Entry::decode("k", EntryKey::Drop, body.to_string().as_bytes()).unwrap();
+        assert!(matches!(
+            entry,
+            Entry::Intent(Intent {
+                kind: IntentKind::DropTable {
+                    keep_until_ms: Some(9),
+                    ..
+                },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_cell_record_without_a_warehouse_format_is_at_the_base_format() {
+        let old = br#"{"format_version":2,"created_at_ms":1}"#;
+        let cell: CellRecord = decode("k", old).unwrap();
+        assert_eq!(cell.warehouse_format(), 2);
+        let raised = CellRecord {
+            warehouse_format: Some(3),
+            ..cell
+        };
+        let back: CellRecord = decode("k", &encode(&raised)).unwrap();
+        assert_eq!(back.warehouse_format(), 3);
+        // The cell record itself stays in format 2, which the previous release reads.
+        assert!(encode(&raised).starts_with(b"{\"format_version\":2,"));
     }
 }

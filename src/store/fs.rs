@@ -695,6 +695,23 @@ impl Store for FsStore {
             .await
     }
 
+    async fn bytes_under(&self, prefix: &str) -> StoreResult<Option<(u64, u64)>> {
+        let prefix = prefix.to_string();
+        self.blocking(move |inner| {
+            let path = inner.path(prefix.trim_end_matches('/'))?;
+            let mut keys = Vec::new();
+            inner.walk(&path, &prefix, false, &mut keys)?;
+            let bytes = keys
+                .iter()
+                .filter_map(|k| inner.path(k).ok())
+                .filter_map(|p| fs::metadata(p).ok())
+                .map(|m| m.len())
+                .sum();
+            Ok(Some((keys.len() as u64, bytes)))
+        })
+        .await
+    }
+
     async fn check(&self) -> StoreResult<()> {
         let meta = fs::metadata(&self.inner.root).map_err(io)?;
         if meta.permissions().readonly() {

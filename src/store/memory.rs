@@ -100,6 +100,15 @@ impl Store for MemoryStore {
         Ok(page)
     }
 
+    async fn bytes_under(&self, prefix: &str) -> StoreResult<Option<(u64, u64)>> {
+        let objects = self.lock();
+        let under = objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix));
+        let (n, bytes) = under.fold((0, 0), |(n, b), (_, o)| (n + 1, b + o.body.len() as u64));
+        Ok(Some((n, bytes)))
+    }
+
     async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64> {
         let mut objects = self.lock();
         let doomed: Vec<String> = objects

@@ -95,6 +95,10 @@ impl Store for Metered {
         timed("check", self.inner.check()).await
     }
 
+    async fn bytes_under(&self, prefix: &str) -> StoreResult<Option<(u64, u64)>> {
+        timed("list", self.inner.bytes_under(prefix)).await
+    }
+
     async fn list_buckets(&self) -> StoreResult<Vec<String>> {
         timed("list_buckets", self.inner.list_buckets()).await
     }

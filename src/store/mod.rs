@@ -131,6 +131,12 @@ pub trait Store: Send + Sync + 'static {
     /// Answers whether the store is reachable and usable.
     async fn check(&self) -> StoreResult<()>;
 
+    /// The objects under `prefix` and their bytes in all (what a dropped table holds).
+    /// `None` from a store that cannot say.
+    async fn bytes_under(&self, _prefix: &str) -> StoreResult<Option<(u64, u64)>> {
+        Ok(None)
+    }
+
     /// Endpoint mode only: the buckets, in name order.
     async fn list_buckets(&self) -> StoreResult<Vec<String>> {
         Err(StoreError::Other("this store has no buckets".into()))

@@ -274,6 +274,31 @@ impl Store for S3Store {
         }
     }
 
+    async fn bytes_under(&self, prefix: &str) -> StoreResult<Option<(u64, u64)>> {
+        let (bucket, object_prefix) = self.locate(prefix)?;
+        let (mut n, mut bytes) = (0u64, 0u64);
+        let mut token: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .list_objects_v2()
+                .bucket(&bucket)
+                .prefix(&object_prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(other)?;
+            for o in out.contents() {
+                n += 1;
+                bytes += o.size().unwrap_or(0).max(0) as u64;
+            }
+            match out.next_continuation_token() {
+                Some(t) if out.is_truncated().unwrap_or(false) => token = Some(t.to_string()),
+                _ => return Ok(Some((n, bytes))),
+            }
+        }
+    }
+
     async fn delete_batch(&self, prefix: &str, limit: usize) -> StoreResult<(u64, bool)> {
         let (bucket, object_prefix) = self.locate(prefix)?;
         let out = self
