@@ -25,14 +25,27 @@ pub async fn run(command: AdminCommand) -> i32 {
         | AdminCommand::Tables { common, .. }
         | AdminCommand::Describe { common, .. }
         | AdminCommand::Maintain { common, .. }
-        | AdminCommand::Fsck { common, .. } => common,
+        | AdminCommand::Fsck { common, .. }
+        | AdminCommand::Upgrade { common, .. }
+        | AdminCommand::Dropped { common, .. }
+        | AdminCommand::Undrop { common, .. }
+        | AdminCommand::Purge { common, .. }
+        | AdminCommand::Backup { common, .. }
+        | AdminCommand::Restore { common, .. }
+        | AdminCommand::Verify { common, .. } => common,
     };
     let json_out = common.json;
     let writes = matches!(
         command,
-        AdminCommand::Fsck { repair: true, .. } | AdminCommand::Maintain { dry_run: false, .. }
+        AdminCommand::Fsck { repair: true, .. }
+            | AdminCommand::Maintain { dry_run: false, .. }
+            | AdminCommand::Upgrade { to: Some(_), .. }
+            | AdminCommand::Undrop { .. }
+            | AdminCommand::Purge { .. }
+            | AdminCommand::Restore { .. }
     );
-    let (catalog, datasets) = match open(common, writes).await {
+    let restoring = matches!(command, AdminCommand::Restore { .. });
+    let (catalog, datasets) = match open(common, writes, restoring).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("lance-gateway admin: {e}");
@@ -54,6 +67,38 @@ pub async fn run(command: AdminCommand) -> i32 {
             list(&catalog, namespace.as_deref(), true, json_out).await
         }
         AdminCommand::Describe { id, .. } => describe(&catalog, id, json_out).await,
+        AdminCommand::Upgrade { to, force, .. } => upgrade(&catalog, *to, *force, json_out).await,
+        AdminCommand::Dropped { namespace, .. } => {
+            dropped(&catalog, namespace.as_deref(), json_out).await
+        }
+        AdminCommand::Undrop {
+            id,
+            drop_id,
+            new_id,
+            ..
+        } => {
+            undrop(
+                &catalog,
+                id,
+                drop_id.as_deref(),
+                new_id.as_deref(),
+                json_out,
+            )
+            .await
+        }
+        AdminCommand::Purge {
+            id,
+            drop_id,
+            confirm,
+            ..
+        } => purge(&catalog, id, drop_id.as_deref(), confirm, json_out).await,
+        AdminCommand::Backup { to, .. } => backup(&catalog, to, json_out).await,
+        AdminCommand::Restore { from, force, .. } => {
+            restore(&catalog, from, *force, json_out).await
+        }
+        AdminCommand::Verify { from, .. } => {
+            return verify(&catalog, from.as_deref(), json_out).await;
+        }
         AdminCommand::Maintain {
             id, dry_run, tasks, ..
         } => {
@@ -104,13 +149,14 @@ pub async fn run(command: AdminCommand) -> i32 {
     }
 }
 
-/// Opens the catalog of an existing warehouse (never makes one); a local one read-only
-/// unless the command `writes`. Unless `--node-id` names one, the admin runs under a node id
+/// Opens the catalog of an existing warehouse (never makes one, unless `restoring`: a
+/// restore goes into an empty warehouse); a local one read-only unless the command `writes`. Unless `--node-id` names one, the admin runs under a node id
 /// of its own: under a gateway's (the default `<host>:<port>` inside its container, say) it
 /// would take that gateway's live operations for leftovers of an earlier run.
 async fn open(
     common: &AdminCommon,
     writes: bool,
+    restoring: bool,
 ) -> Result<(Arc<Catalog>, Arc<LanceDatasets>), String> {
     let mut args = common.serve.clone();
     if args.settings.node_id.is_none() {
@@ -118,7 +164,9 @@ async fn open(
     }
     let config = Config::load(args).map_err(|e| e.to_string())?;
     // Opening a local store makes its folders: look before, so a wrong path stays untouched.
-    if let crate::config::WarehouseUri::Local(path) = &config.warehouse {
+    if let crate::config::WarehouseUri::Local(path) = &config.warehouse
+        && !restoring
+    {
         if !path.is_dir() {
             return Err(format!("{}: no such folder", path.display()));
         }
@@ -127,7 +175,7 @@ async fn open(
         }
     }
     let parts = build_parts(&config, writes).await?;
-    if !parts.layout.endpoint_mode() {
+    if !parts.layout.endpoint_mode() && !restoring {
         let key = Layout::cell_record("");
         match parts.store.get(&key).await {
             Ok(Some(_)) => {}
@@ -151,6 +199,172 @@ async fn open(
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;
     Ok((Arc::new(catalog), datasets))
+}
+
+/// `admin upgrade`: the warehouse's format and the gateway registry; with `to`, the raise.
+async fn upgrade(
+    cat: &Catalog,
+    to: Option<u32>,
+    force: bool,
+    json_out: bool,
+) -> Result<(), String> {
+    use crate::catalog::records::{READS_UP_TO, WRITES_UP_TO};
+    let raised = match to {
+        Some(to) => Some(
+            cat.upgrade_warehouse(to, force)
+                .await
+                .map_err(|e| e.message)?,
+        ),
+        None => None,
+    };
+    let formats = cat.warehouse_formats().await.map_err(|e| e.to_string())?;
+    let gateways = cat.gateways().await.map_err(|e| e.to_string())?;
+    if json_out {
+        let formats: Vec<_> = formats
+            .iter()
+            .map(|(cell, f)| json!({"cell": cell, "warehouse_format": f}))
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "release": env!("CARGO_PKG_VERSION"),
+                "reads_up_to": READS_UP_TO,
+                "writes_up_to": WRITES_UP_TO,
+                "cells": formats,
+                "raised": raised,
+                "gateways": gateways,
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "this release (lance-gateway {}) reads formats up to {READS_UP_TO} and writes up to {WRITES_UP_TO}",
+        env!("CARGO_PKG_VERSION")
+    );
+    for r in raised.iter().flatten() {
+        println!(
+            "raised {} from format {} to {}",
+            if r.cell.is_empty() {
+                "the warehouse"
+            } else {
+                r.cell.as_str()
+            },
+            r.from,
+            r.to
+        );
+    }
+    for (cell, format) in &formats {
+        println!(
+            "{}: warehouse format {format}",
+            if cell.is_empty() {
+                "warehouse"
+            } else {
+                cell.as_str()
+            }
+        );
+    }
+    let now = crate::catalog::records::now_ms();
+    for g in &gateways {
+        println!(
+            "gateway {} (lance-gateway {}, reads up to {}) seen {} s ago",
+            g.node,
+            g.release,
+            g.reads_up_to,
+            now.saturating_sub(g.seen_at_ms) / 1000
+        );
+    }
+    Ok(())
+}
+
+/// `admin dropped`: the tables dropped in a namespace and kept for undrop.
+async fn dropped(cat: &Catalog, namespace: Option<&str>, json_out: bool) -> Result<(), String> {
+    let ns = parse(namespace)?;
+    let list = cat
+        .list_dropped(&Ctx::internal(), &ns)
+        .await
+        .map_err(|e| e.message)?;
+    if json_out {
+        println!("{}", json!({ "dropped": list }));
+        return Ok(());
+    }
+    let now = crate::catalog::records::now_ms();
+    for d in &list {
+        println!(
+            "{}  drop id {}  dropped {} min ago by {}  {}  purged in {} h  {}",
+            join(&d.id, DEFAULT_DELIMITER),
+            d.drop_id,
+            now.saturating_sub(d.dropped_at_ms) / 60_000,
+            d.dropped_by.as_deref().unwrap_or("-"),
+            d.bytes
+                .map_or("size unknown".to_string(), |b| format!("{b} bytes")),
+            d.purge_after_ms.saturating_sub(now) / 3_600_000,
+            d.location
+        );
+    }
+    Ok(())
+}
+
+/// `admin undrop`.
+async fn undrop(
+    cat: &Catalog,
+    id: &str,
+    drop_id: Option<&str>,
+    new_id: Option<&str>,
+    json_out: bool,
+) -> Result<(), String> {
+    let id = parse(Some(id))?;
+    let new_id = new_id.map(|n| parse(Some(n))).transpose()?;
+    let record = cat
+        .undrop_table(&Ctx::internal(), &id, drop_id, new_id.as_deref())
+        .await
+        .map_err(|e| e.message)?;
+    if json_out {
+        println!(
+            "{}",
+            json!({ "id": record.id, "location": record.location })
+        );
+    } else {
+        println!(
+            "undropped {} at {}",
+            join(&record.id, DEFAULT_DELIMITER),
+            record.location
+        );
+    }
+    Ok(())
+}
+
+/// `admin purge`: the id typed twice, as the console asks for it.
+async fn purge(
+    cat: &Catalog,
+    id: &str,
+    drop_id: Option<&str>,
+    confirm: &str,
+    json_out: bool,
+) -> Result<(), String> {
+    if confirm != id {
+        return Err(format!(
+            "--confirm '{confirm}' is not the table's id '{id}': nothing purged"
+        ));
+    }
+    let id = parse(Some(id))?;
+    let purged = cat
+        .purge_dropped(&Ctx::internal(), &id, drop_id)
+        .await
+        .map_err(|e| e.message)?;
+    if json_out {
+        println!(
+            "{}",
+            json!({ "id": purged.table.id, "drop_id": purged.drop_id, "location": purged.table.location })
+        );
+    } else {
+        println!(
+            "purged {} (drop id {}): {} is deleted",
+            join(&purged.table.id, DEFAULT_DELIMITER),
+            purged.drop_id,
+            purged.table.location
+        );
+    }
+    Ok(())
 }
 
 /// `admin maintain`: every table below `id` (or `id` itself, a table), one after another.
@@ -391,4 +605,106 @@ fn print_report(report: &Report, json_out: bool) {
             report.left()
         );
     }
+}
+
+fn read_backup(from: &std::path::Path) -> Result<crate::catalog::backup::Backup, String> {
+    let text = if from.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("reading the backup: {e}"))?
+    } else {
+        std::fs::read_to_string(from)
+            .map_err(|e| format!("reading the backup {}: {e}", from.display()))?
+    };
+    crate::catalog::backup::Backup::from_lines(&text).map_err(|e| e.message)
+}
+
+async fn backup(cat: &Catalog, to: &std::path::Path, json_out: bool) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let copy = cat.backup().await.map_err(|e| e.to_string())?;
+    let text = copy.to_lines().map_err(|e| e.to_string())?;
+    if to.as_os_str() == "-" {
+        print!("{text}");
+        return Ok(());
+    }
+    // Written beside, then moved into place: a cut-short file never stands as a backup.
+    let partial = to.with_extension("partial");
+    std::fs::write(&partial, &text)
+        .and_then(|_| std::fs::rename(&partial, to))
+        .map_err(|e| format!("writing the backup {}: {e}", to.display()))?;
+    let header = copy.header.as_ref().expect("a backup has its header");
+    if json_out {
+        println!(
+            "{}",
+            json!({"to": to, "header": header, "seconds": started.elapsed().as_secs_f64()})
+        );
+    } else {
+        eprintln!(
+            "backed up {} objects ({} tables) of {} to {} in {:.1} s ({} passes)",
+            header.objects,
+            header.tables,
+            header.warehouse,
+            to.display(),
+            started.elapsed().as_secs_f64(),
+            header.passes
+        );
+    }
+    Ok(())
+}
+
+async fn restore(
+    cat: &Catalog,
+    from: &std::path::Path,
+    force: bool,
+    json_out: bool,
+) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let copy = read_backup(from)?;
+    let done = cat.restore(&copy, force).await.map_err(|e| e.message)?;
+    if json_out {
+        println!(
+            "{}",
+            json!({"restored": done, "seconds": started.elapsed().as_secs_f64()})
+        );
+    } else {
+        eprintln!(
+            "restored {} objects ({} tables, {} pointed at their folders here) in {:.1} s; run `admin verify` to check the data is there",
+            done.objects,
+            done.tables,
+            done.relocated,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+async fn verify(cat: &Catalog, from: Option<&std::path::Path>, json_out: bool) -> i32 {
+    let copy = match from.map(read_backup).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("lance-gateway admin: {e}");
+            return 2;
+        }
+    };
+    let found = match cat.verify(copy.as_ref()).await {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("lance-gateway admin: {e}");
+            return 2;
+        }
+    };
+    let missing = found.iter().filter(|v| v.state != "ok").count();
+    if json_out {
+        println!("{}", json!({"tables": found, "missing": missing}));
+    } else {
+        for v in found.iter().filter(|v| v.state != "ok") {
+            println!(
+                "missing {} at {}: expected version {:?}, storage has {:?}",
+                v.id.join("$"),
+                v.location,
+                v.expected,
+                v.found
+            );
+        }
+        println!("{} tables, {missing} missing", found.len());
+    }
+    i32::from(missing > 0)
 }

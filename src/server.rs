@@ -347,8 +347,20 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         let interval = config.recovery_interval;
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
+            let mut registered: Option<std::time::Instant> = None;
             loop {
                 ticker.tick().await;
+                // The gateway registry (`catalog::upgrade`): what `admin upgrade` checks.
+                if registered
+                    .is_none_or(|at| at.elapsed() >= crate::catalog::upgrade::REGISTRY_EVERY)
+                {
+                    match catalog.register_gateway().await {
+                        Ok(()) => registered = Some(std::time::Instant::now()),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not write this gateway's registry entry")
+                        }
+                    }
+                }
                 if let Err(e) = recovery::sweep(&catalog).await {
                     tracing::warn!(error = %e, "recovery sweep failed");
                 }

@@ -356,19 +356,54 @@ async fn table_routes() {
         )
         .await;
     assert_error(s, &b, 409, 5);
-    // drop deletes the data (just after its answer); a second drop is 404 code 4
+    // drop keeps the table for undrop (the default retention, 7 days): gone for clients,
+    // listed among the dropped tables with its data still there
     let (s, t) = gw
         .call(Method::POST, "/v1/table/other%24t2/drop", None)
         .await;
     assert_eq!(s, 200, "{t}");
     let path = location.strip_prefix("file://").unwrap();
+    assert!(
+        std::path::Path::new(path).exists(),
+        "a dropped table's data is kept"
+    );
+    let (s, b) = gw.post("/v1/table/other%24t2/describe", json!({})).await;
+    assert_error(s, &b, 404, 4);
+    let (s, t) = gw
+        .call(Method::GET, "/v1/namespace/other/dropped_tables", None)
+        .await;
+    assert_eq!(s, 200, "{t}");
+    let listed: Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(
+        listed["dropped"][0]["id"],
+        json!(["other", "t2"]),
+        "{listed}"
+    );
+    assert_eq!(
+        listed["dropped"][0]["location"],
+        json!(location),
+        "{listed}"
+    );
+    // a purge of someone else's name is 404 code 4; of this one, deletes the data (then,
+    // or just after its answer)
+    let (s, b) = gw.post("/v1/table/other%24nope/purge", json!({})).await;
+    assert_error(s, &b, 404, 4);
+    let (s, b) = gw
+        .post(
+            "/v1/table/other%24t2/purge",
+            json!({"drop_id": "not a drop id"}),
+        )
+        .await;
+    assert_error(s, &b, 400, 13);
+    let (s, b) = gw.post("/v1/table/other%24t2/purge", json!({})).await;
+    assert_eq!(s.as_u16(), 200, "{b}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while std::path::Path::new(path).exists() && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert!(
         !std::path::Path::new(path).exists(),
-        "data of a dropped table is deleted"
+        "data of a purged table is deleted"
     );
     let (s, b) = gw
         .post("/v1/table/other%24t2/drop", json!({"id": ["other", "t2"]}))

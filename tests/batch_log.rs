@@ -421,6 +421,9 @@ async fn stage_by_hand(
         IntentKind::DropTable {
             record: record.clone(),
             delete_data: false,
+            keep_until_ms: None,
+            dropped: None,
+            dropped_by: None,
         },
     );
     drop.batch = Some(txid.to_string());

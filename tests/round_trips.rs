@@ -178,7 +178,7 @@ async fn each_operation_makes_the_store_requests_the_table_says() {
     // What the server does: the answer goes once the record is gone, the data after it.
     row!(
         "DropTable (server)",
-        cat.drop_table_later(&ctx, &id(&["ml", "v"]))
+        cat.drop_table_later(&ctx, &id(&["ml", "v"]), false)
     );
     row!(
         "DropNamespace",
@@ -196,7 +196,7 @@ async fn each_operation_makes_the_store_requests_the_table_says() {
         ("ListTables (a page)", (5, 4)),
         ("RenameTable", (11, 9)),
         ("DropTable", (11, 10)),
-        ("DropTable (server)", (6, 6)),
+        ("DropTable (server)", (9, 6)),
         ("DropNamespace", (8, 7)),
     ]
     .into();

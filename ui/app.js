@@ -202,11 +202,64 @@ async function namespaceView(id) {
     view.append(el("h2", {}, "Tables"), el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "name"))), tables));
     await pagedRows(tables, nsRoute(id, "table/list"), "tables", (name) =>
       el("tr", {}, el("td", {}, el("a", { href: `#/table/${idPath([...id, name])}` }, name))));
-    // Creating a namespace needs admin on it, which grants on its parent give.
-    if (atLeast(await level(id), "admin")) view.append(createNamespaceForm(id));
+    // Creating a namespace needs admin on it, which grants on its parent give; so does
+    // seeing, undropping and purging the tables dropped from it.
+    if (atLeast(await level(id), "admin")) {
+      view.append(createNamespaceForm(id));
+      if (id.length) view.append(await droppedView(id));
+    }
   } catch (e) {
     view.append(errorBox(e));
   }
+}
+
+// Tables dropped from namespace `id` and kept for undrop (format 3 warehouses): each can be
+// undropped under its name (or another) or purged, which deletes its data (name typed).
+async function droppedView(id) {
+  const section = el("section", { id: "dropped" }, el("h2", {}, "Recently dropped"));
+  try {
+    const answer = await api("GET", nsRoute(id, "dropped_tables"));
+    const dropped = answer.dropped || [];
+    if (!dropped.length) {
+      section.append(el("p", { class: "muted" }, "No dropped table is kept here."));
+      return section;
+    }
+    const rows = dropped.map((d) => {
+      const name = d.id[d.id.length - 1];
+      const out = el("span");
+      const as = el("input", { name: "as", placeholder: name, autocomplete: "off", size: 12 });
+      const confirmName = el("input", { name: "confirm", placeholder: `type ${name} to purge`, autocomplete: "off", size: 14 });
+      const undrop = el("button", { type: "button", class: "undrop", onclick: async () => {
+        const body = { drop_id: d.drop_id };
+        if (as.value && as.value !== name) body.new_id = [...d.id.slice(0, -1), as.value];
+        try {
+          await api("POST", tableRoute(d.id, "undrop"), body);
+          location.hash = `#/table/${idPath(body.new_id || d.id)}`;
+        } catch (e) { out.replaceChildren(errorBox(e)); }
+      } }, "Undrop");
+      const purge = el("button", { type: "button", class: "danger purge", onclick: async () => {
+        if (confirmName.value !== name) {
+          out.replaceChildren(errorBox(`Type the table's name, ${name}, to purge it.`));
+          return;
+        }
+        try {
+          await api("POST", tableRoute(d.id, "purge"), { drop_id: d.drop_id });
+          route();
+        } catch (e) { out.replaceChildren(errorBox(e)); }
+      } }, "Purge");
+      const size = d.bytes === undefined ? "" : `${fmtBytes(d.bytes)} in ${d.objects} objects`;
+      return el("tr", { "data-drop-id": d.drop_id },
+        el("td", {}, name), el("td", {}, fmtTime(d.dropped_at_ms)), el("td", {}, d.dropped_by || ""),
+        el("td", {}, fmtTime(d.purge_after_ms)), el("td", { class: "num" }, size),
+        el("td", {}, el("label", {}, "as ", as), undrop, " ", confirmName, purge, out));
+    });
+    const headers = ["name", "dropped", "by", "purged after", "size", ""];
+    section.append(el("table", {}, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)));
+  } catch (e) {
+    section.append(errorBox(e));
+  }
+  return section;
 }
 
 async function pagedRows(body, path, key, row, token) {
@@ -372,7 +425,7 @@ function dropTableForm(id) {
         location.hash = `#/ns/${idPath(id.slice(0, -1))}`;
       } catch (e) { out.replaceChildren(errorBox(e)); }
     },
-  }, el("h2", {}, "Drop"), el("label", {}, `Type ${name} to drop this table and its data`, confirmName),
+  }, el("h2", {}, "Drop"), el("label", {}, `Type ${name} to drop this table (kept for undrop under its namespace's Recently dropped, where the warehouse keeps drops)`, confirmName),
   el("button", { type: "submit", class: "danger" }, "Drop table"), out);
 }
 

@@ -38,6 +38,7 @@ const READS: &[&str] = &[
     "tags/list",
     "tags/version",
     "branches/list",
+    "dropped_tables",
 ];
 
 /// `<object>.<operation>` and the id a request names, from its path

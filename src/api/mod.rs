@@ -102,6 +102,13 @@ pub fn router(state: AppState, limits: &Limits) -> Router {
         .route("/v1/table/{id}/exists", post(table::exists))
         .route("/v1/table/{id}/drop", post(table::drop))
         .route("/v1/table/{id}/deregister", post(table::deregister))
+        // Extensions: dropped tables kept for undrop (`catalog::dropped`).
+        .route(
+            "/v1/namespace/{id}/dropped_tables",
+            get(table::list_dropped),
+        )
+        .route("/v1/table/{id}/undrop", post(table::undrop))
+        .route("/v1/table/{id}/purge", post(table::purge))
         .route("/v1/table/{id}/rename", post(table::rename))
         .route("/v1/table/{id}/create", post(data::rows::create))
         .route("/v1/table/{id}/insert", post(data::rows::insert))

@@ -348,16 +348,45 @@ pub async fn exists(
     Ok(StatusCode::OK)
 }
 
+/// DropTable's extension: `?purge=true`, or the header `x-lance-gateway-purge: true`, deletes
+/// the data at once instead of keeping the table for undrop. No client sends either by
+/// itself: Spark's `DROP TABLE … PURGE` and LanceDB's `drop_table` send the same bare
+/// DropTable (Spark's plain `DROP TABLE` is a DeregisterTable), but pylance's namespace
+/// clients pass `context={"header.x-lance-gateway-purge": "true"}` on as the header.
+#[derive(Deserialize, Default)]
+pub struct DropQuery {
+    purge: Option<bool>,
+}
+fields!(DropQuery, "DropTable", served: ["purge"]);
+
+pub const PURGE_HEADER: &str = "x-lance-gateway-purge";
+
 pub async fn drop(
     State(state): State<AppState>,
     ctx: Ctx,
     target: Target,
+    headers: axum::http::HeaderMap,
+    QueryOf(q): QueryOf<DropQuery>,
     JsonBody(req): JsonBody<DropTableRequest>,
 ) -> Result<Json<DropTableResponse>> {
     target.check_body_id(req.id.as_ref())?;
     let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let header = match headers
+        .get(PURGE_HEADER)
+        .map(|v| v.to_str().unwrap_or_default())
+    {
+        None => None,
+        Some(v) if v.eq_ignore_ascii_case("true") || v == "1" => Some(true),
+        Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Some(false),
+        Some(v) => {
+            return Err(Error::invalid(format!(
+                "header {PURGE_HEADER}: '{v}' is not true or false"
+            )));
+        }
+    };
+    let purge = flag(q.purge, header, false);
     let (record, cleanup) =
-        detached(async move { catalog.drop_table_later(&ctx, &id).await }).await?;
+        detached(async move { catalog.drop_table_later(&ctx, &id, purge).await }).await?;
     state.data.forget(&record.location);
     // The table is gone; its data is deleted after the answer, however large it is.
     if let Some(cleanup) = cleanup {
@@ -431,4 +460,77 @@ pub async fn rename(
     let (catalog, id) = (state.catalog.clone(), target.id.clone());
     detached(async move { catalog.rename_table(&ctx, &id, &new_id).await }).await?;
     Ok(Json(RenameTableResponse::default()))
+}
+
+/// The dropped tables of a namespace, kept for undrop (an extension: `GET
+/// /v1/namespace/{id}/dropped_tables`, admin grant).
+pub async fn list_dropped(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    target: Target,
+) -> Result<Json<serde_json::Value>> {
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let dropped = detached(async move { catalog.list_dropped(&ctx, &id).await }).await?;
+    Ok(Json(serde_json::json!({ "dropped": dropped })))
+}
+
+/// The body of UndropTable and PurgeDroppedTable (extensions).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct UndropRequest {
+    /// Which drop of the name [default: the latest].
+    drop_id: Option<String>,
+    /// The id to undrop it under [default: its own].
+    new_id: Option<Vec<String>>,
+}
+fields!(UndropRequest, "UndropTable", served: ["drop_id", "new_id"]);
+
+/// UndropTable (an extension: `POST /v1/table/{id}/undrop`, admin grant, audited).
+pub async fn undrop(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    target: Target,
+    JsonBody(req): JsonBody<UndropRequest>,
+) -> Result<Json<serde_json::Value>> {
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let record = detached(async move {
+        catalog
+            .undrop_table(&ctx, &id, req.drop_id.as_deref(), req.new_id.as_deref())
+            .await
+    })
+    .await?;
+    Ok(Json(serde_json::json!({
+        "id": record.id,
+        "location": record.location,
+        "properties": record.properties,
+    })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PurgeRequest {
+    drop_id: Option<String>,
+}
+fields!(PurgeRequest, "PurgeDroppedTable", served: ["drop_id"]);
+
+/// PurgeDroppedTable (an extension: `POST /v1/table/{id}/purge`, admin grant, audited):
+/// deletes a dropped table's data now.
+pub async fn purge(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    target: Target,
+    JsonBody(req): JsonBody<PurgeRequest>,
+) -> Result<Json<serde_json::Value>> {
+    let (catalog, id) = (state.catalog.clone(), target.id.clone());
+    let purged = detached(async move {
+        catalog
+            .purge_dropped(&ctx, &id, req.drop_id.as_deref())
+            .await
+    })
+    .await?;
+    Ok(Json(serde_json::json!({
+        "id": purged.table.id,
+        "drop_id": purged.drop_id,
+        "location": purged.table.location,
+    })))
 }

@@ -139,6 +139,7 @@ impl Catalog {
                     IntentKind::DropTable {
                         record,
                         delete_data: false,
+                        ..
                     },
                 batch: Some(_),
                 ..
@@ -172,6 +173,7 @@ impl Catalog {
                         IntentKind::DropTable {
                             record,
                             delete_data: false,
+                            ..
                         },
                     ..
                 }),

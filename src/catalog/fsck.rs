@@ -72,6 +72,8 @@ pub struct Report {
     pub claims: usize,
     pub operations_in_flight: usize,
     pub datasets: usize,
+    /// Dropped tables kept for undrop (their folders and claims are theirs).
+    pub dropped_tables: usize,
     pub findings: Vec<Finding>,
 }
 
@@ -132,7 +134,8 @@ impl Held {
             Entry::Intent(i) => match &i.kind {
                 IntentKind::CreateTable { record }
                 | IntentKind::RenameTable { record, .. }
-                | IntentKind::DropTable { record, .. } => self.table(record),
+                | IntentKind::DropTable { record, .. }
+                | IntentKind::UndropTable { record, .. } => self.table(record),
                 IntentKind::CreateNamespace { record } => {
                     self.namespaces.insert(record.id.clone());
                 }
@@ -455,6 +458,26 @@ impl Cell<'_> {
     async fn entries(&mut self) -> Result<Held> {
         let cat = self.cat;
         let mut held = Held::default();
+        // Dropped tables kept for undrop hold their folders and claims until purged.
+        for key in cat
+            .all_keys(&Layout::dropped_prefix(&self.cell), true)
+            .await?
+        {
+            match cat.store.get(&key).await {
+                Ok(Some(obj)) => match decode::<DroppedTable>(&key, &obj.body) {
+                    Ok(dropped) => {
+                        self.report.dropped_tables += 1;
+                        held.table(&dropped.table);
+                    }
+                    Err(e) => {
+                        self.find("unreadable-record", key, e.message, false);
+                        held.opaque.push_str(&String::from_utf8_lossy(&obj.body));
+                    }
+                },
+                Ok(None) => {}
+                Err(e) => self.failed(key, "reading it", e.into()),
+            }
+        }
         let drops = Layout::drops_prefix(&self.cell);
         for (prefix, shallow) in [
             (Layout::all_pending_prefix(&self.cell), false),

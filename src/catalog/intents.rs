@@ -70,7 +70,10 @@ impl Catalog {
                 match &entry {
                     Entry::Intent(Intent {
                         state: IntentState::Committed,
-                        kind: IntentKind::RenameTable { .. } | IntentKind::DropTable { .. },
+                        kind:
+                            IntentKind::RenameTable { .. }
+                            | IntentKind::DropTable { .. }
+                            | IntentKind::UndropTable { .. },
                         ..
                     }) => {
                         // The removal has committed: its deciding step (the record's delete)
@@ -127,6 +130,13 @@ impl Catalog {
                 match &intent.kind {
                     IntentKind::RenameTable { from, .. } => {
                         self.unmark_table(from, &intent.op_id).await?
+                    }
+                    IntentKind::DropTable {
+                        dropped: Some(dropped),
+                        ..
+                    }
+                    | IntentKind::UndropTable { dropped, .. } => {
+                        self.unmark_dropped(dropped, &intent.op_id).await?
                     }
                     IntentKind::DropTable { record, .. } => {
                         self.unmark_table(&record.id, &intent.op_id).await?
@@ -413,11 +423,41 @@ impl Catalog {
                 self.delete_marked_table(&from, &intent.op_id).await?;
                 self.publish_table(&record).await?;
             }
+            IntentKind::UndropTable { dropped, record } => {
+                self.publish_table(&record).await?;
+                self.delete_marked_dropped(&dropped, &intent.op_id).await?;
+            }
+            IntentKind::DropTable {
+                record,
+                keep_until_ms: Some(purge_after_ms),
+                dropped_by,
+                ..
+            } => {
+                // A soft drop: the record goes, the table is kept under `dropped/`.
+                self.delete_marked_table(&record.id, &intent.op_id).await?;
+                self.keep_dropped(
+                    &intent.op_id,
+                    &record,
+                    intent.started_at_ms,
+                    purge_after_ms,
+                    dropped_by,
+                )
+                .await?;
+                if let Err(e) = self.forget_upkeep(&record).await {
+                    tracing::debug!(table = ?record.id, error = %e, "kept a dropped table's maintenance record");
+                }
+            }
             IntentKind::DropTable {
                 record,
                 delete_data,
+                dropped,
+                ..
             } => {
-                self.delete_marked_table(&record.id, &intent.op_id).await?;
+                // A purge of a dropped table marks its dropped record, not a table record
+                // (the name may hold a new table by now).
+                if dropped.is_none() {
+                    self.delete_marked_table(&record.id, &intent.op_id).await?;
+                }
                 if delete_data {
                     let prefix = format!("{}/", record.data_key);
                     let mut removed = 0;
@@ -451,6 +491,9 @@ impl Catalog {
                 released?;
                 if let Err(e) = forgotten {
                     tracing::debug!(table = ?record.id, error = %e, "kept a dropped table's maintenance record");
+                }
+                if let Some(dropped) = dropped {
+                    self.delete_marked_dropped(&dropped, &intent.op_id).await?;
                 }
             }
             IntentKind::DropNamespace { .. } | IntentKind::ReplaceNamespace { .. } => {}

@@ -103,14 +103,21 @@ impl Catalog {
     /// The table's policy: the defaults, then each namespace above it from the root down,
     /// then its own properties.
     pub async fn table_policy(&self, record: &TableRecord) -> Result<Policy> {
-        let parent = &record.id[..record.id.len().saturating_sub(1)];
+        self.namespaces_policy(&record.id)
+            .await?
+            .resolve([&record.properties])
+    }
+
+    /// The policy of the namespaces above table `id`: the defaults, then each namespace from
+    /// the root down (read side by side).
+    pub(crate) async fn namespaces_policy(&self, id: &[String]) -> Result<Policy> {
+        let parent = &id[..id.len().saturating_sub(1)];
         let reads = (1..=parent.len()).map(|n| self.find_namespace(&parent[..n]));
         let namespaces = futures::future::try_join_all(reads).await?;
         let layers: Vec<&Properties> = namespaces
             .iter()
             .flatten()
             .map(|ns| &ns.properties)
-            .chain(std::iter::once(&record.properties))
             .collect();
         self.maintenance.resolve(layers)
     }

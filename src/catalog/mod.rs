@@ -27,9 +27,11 @@
 //!   never a state readers cannot see.
 
 pub mod authorize;
+pub mod backup;
 pub mod batch;
 pub mod claims;
 pub mod commits;
+pub mod dropped;
 pub mod fsck;
 pub mod idempotency;
 pub mod intents;
@@ -47,6 +49,7 @@ pub mod records;
 pub mod recovery;
 pub mod tables;
 pub mod transactions;
+pub mod upgrade;
 pub mod versions;
 
 use std::sync::Arc;
@@ -202,6 +205,8 @@ pub struct Catalog {
     own_commits: std::sync::atomic::AtomicBool,
     /// Work requests left to run after their answers (`after_answer`).
     after_answers: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// The warehouse formats read so far (`upgrade`).
+    formats: upgrade::Formats,
 }
 
 /// Called with a table's record each time this gateway commits a version of it.
@@ -280,13 +285,17 @@ impl Catalog {
             maintenance: settings.maintenance,
             own_commits: std::sync::atomic::AtomicBool::new(false),
             after_answers: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+            formats: upgrade::Formats::default(),
         };
         if !catalog.layout.endpoint_mode() {
             let key = Layout::cell_record("");
+            // A new warehouse has no gateway of an older release beside it: it starts at
+            // the newest format (`upgrade`).
             let record = CellRecord {
                 format_version: FORMAT_VERSION,
                 created_at_ms: now_ms(),
                 namespace: None,
+                warehouse_format: Some(WRITES_UP_TO),
             };
             // The store may not be up yet (a sidecar starting beside its S3 server): then the
             // record is written by the first create, and /readyz reports the store meanwhile.

@@ -71,10 +71,22 @@ impl Catalog {
         {
             Slot::Root => Err(StoreError::Other("the root namespace has no record".into())),
             Slot::Cell(key) => {
+                // The cell's warehouse format is kept as it is (a conditional write fails
+                // anyway if the record changed since it was read here). A new bucket starts
+                // at the base format: gateways of an older release may serve beside this one.
+                let warehouse_format = match &cond {
+                    Condition::IfMatch(_) => self
+                        .read::<CellRecord>(&key)
+                        .await
+                        .map_err(|e| StoreError::Other(e.message))?
+                        .and_then(|(c, _)| c.warehouse_format),
+                    _ => None,
+                };
                 let cell = CellRecord {
                     format_version: FORMAT_VERSION,
                     created_at_ms: record.created_at_ms,
                     namespace: Some(record.clone()),
+                    warehouse_format,
                 };
                 self.write(&key, encode(&cell), cond).await
             }
@@ -555,7 +567,8 @@ impl Catalog {
             return Err(Error::invalid("the root namespace cannot be dropped"));
         }
         self.may_drop_namespace(ctx, id)?;
-        self.drop_namespace_checked(id, mode, behavior).await
+        let by = Some(ctx.principal.name.clone());
+        self.drop_namespace_checked(id, mode, behavior, &by).await
     }
 
     /// DropNamespace once access is checked (a cascade's children are covered by the
@@ -565,6 +578,7 @@ impl Catalog {
         id: &[String],
         mode: DropMode,
         behavior: DropBehavior,
+        by: &Option<String>,
     ) -> Result<()> {
         let shown = self.show(id);
         let key = self
@@ -591,7 +605,7 @@ impl Catalog {
                     Ok(Some(child)) => Err(self.not_empty(id, &child)),
                     Err(e) => Err(e),
                 },
-                DropBehavior::Cascade => Box::pin(self.drop_children(id, &mut marked)).await,
+                DropBehavior::Cascade => Box::pin(self.drop_children(id, &mut marked, by)).await,
             };
             if let Err(e) = emptied {
                 self.unmark(&marked).await;
@@ -741,7 +755,12 @@ impl Catalog {
     /// Cascade: drops every table (data included) and child namespace under `id`, which is
     /// marked, so nothing new can commit under it meanwhile. A long cascade renews its intent
     /// between children, and stops when someone has rolled it back meanwhile.
-    async fn drop_children(&self, id: &[String], marked: &mut MarkedNamespace) -> Result<()> {
+    async fn drop_children(
+        &self,
+        id: &[String],
+        marked: &mut MarkedNamespace,
+        by: &Option<String>,
+    ) -> Result<()> {
         let mut patience = self.patience();
         loop {
             if self.due_for_renewal(marked.intent.alive_at_ms())
@@ -760,7 +779,10 @@ impl Catalog {
             }
             match self.first_child(id, &mut self.patience()).await? {
                 None => return Ok(()),
-                Some(Child::Table(table)) => match self.remove_table(&table, true).await {
+                Some(Child::Table(table)) => match self
+                    .remove_table(&table, super::dropped::Removal::Drop { by: by.clone() })
+                    .await
+                {
                     Ok(_) => {}
                     Err(e) if e.code == crate::error::Code::TableNotFound => {}
                     Err(e) => return Err(e),
@@ -770,6 +792,7 @@ impl Catalog {
                         &child,
                         DropMode::Skip,
                         DropBehavior::Cascade,
+                        by,
                     ))
                     .await?
                 }

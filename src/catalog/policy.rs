@@ -57,6 +57,10 @@ pub struct Policy {
     pub compaction: Compaction,
     pub index: IndexUpkeep,
     pub cleanup: Cleanup,
+    /// How long a dropped table is kept for undrop before its data is deleted (`dropped`);
+    /// zero deletes at once, as a drop did before format 3. Not switched off by `enabled`:
+    /// it says what a drop means, not what maintenance does.
+    pub drop_retention: Duration,
 }
 
 impl Default for Policy {
@@ -84,6 +88,8 @@ impl Default for Policy {
                 retention: Duration::from_secs(7 * 24 * 3600),
                 keep_versions: 10,
             },
+            // Lakekeeper's default soft-deletion expiry for Iceberg tables is 7 days too.
+            drop_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -227,6 +233,14 @@ const PROPERTIES: &[Property] = &[
         what: "versions younger than this are kept",
         apply: |p, v| {
             p.cleanup.retention = duration(v)?;
+            Ok(())
+        },
+    },
+    Property {
+        name: "maintenance.drop_retention",
+        what: "how long a dropped table is kept for undrop (0s: deleted at once)",
+        apply: |p, v| {
+            p.drop_retention = duration(v)?;
             Ok(())
         },
     },

@@ -86,8 +86,24 @@ async fn sweep_once(catalog: &Catalog) -> Result<()> {
         vec![String::new()]
     };
     let mut failed = None;
+    let mut dropped = super::dropped::PurgeSweep::default();
     for cell in &cells {
         note(&mut failed, cell, settle_cell(catalog, cell, false).await);
+        // Dropped tables past their retention are purged (after settling: an undrop or a
+        // purge left unfinished is settled first).
+        match catalog.purge_expired(cell).await {
+            Ok(sweep) => {
+                if sweep.purged > 0 {
+                    tracing::info!(
+                        purged = sweep.purged,
+                        "purged dropped tables past their retention"
+                    );
+                }
+                dropped.kept += sweep.kept;
+                dropped.kept_bytes += sweep.kept_bytes;
+            }
+            Err(e) => note(&mut failed, cell, Err(e)),
+        }
         // Keys before records: a key is claimed before the record it names is written and
         // expires `KEEP` after, so it expires before that record may be swept (`idempotency`).
         match catalog.sweep_keys(cell).await {
@@ -101,5 +117,6 @@ async fn sweep_once(catalog: &Catalog) -> Result<()> {
             Err(e) => note(&mut failed, cell, Err(e)),
         }
     }
+    crate::telemetry::dropped_held(dropped.kept, dropped.kept_bytes);
     failed.map_or(Ok(()), Err)
 }

@@ -12,6 +12,7 @@
 //!   linearization point) and publishes the record under its new name.
 
 use super::claims::Claim;
+pub use super::dropped::Removal;
 use super::intents::{MarkState, Rival};
 use super::layout::Layout;
 use super::namespaces::Commit;
@@ -162,7 +163,7 @@ impl Catalog {
                 .await?;
                 return Ok(updated);
             }
-            self.remove_table(id, false).await?;
+            self.remove_table(id, Removal::Deregister).await?;
         }
         self.create_table(id, Some(location), properties, "register")
             .await
@@ -506,14 +507,16 @@ impl Catalog {
     pub(crate) async fn abandon_table(&self, created: &TableRecord) -> Result<()> {
         // Its record may still be on its way (published after the create answered).
         match self.read_for_update(&created.id).await? {
-            Some((current, _)) if current.uid == created.uid => {
-                self.remove_table(&created.id, true).await.map(|_| ())
-            }
+            Some((current, _)) if current.uid == created.uid => self
+                .remove_table_deferring(&created.id, Removal::Purge, false)
+                .await
+                .map(|_| ()),
             _ => Ok(()),
         }
     }
 
-    /// DropTable (`delete_data`) and DeregisterTable, each finished before it returns.
+    /// DropTable (`delete_data`: kept for undrop as the table's policy says, `dropped`) and
+    /// DeregisterTable, each finished before it returns.
     pub async fn drop_table(
         &self,
         ctx: &Ctx,
@@ -521,20 +524,38 @@ impl Catalog {
         delete_data: bool,
     ) -> Result<TableRecord> {
         self.may_remove_table(ctx, id)?;
-        self.remove_table(id, delete_data).await
+        let how = if delete_data {
+            Removal::Drop {
+                by: Some(ctx.principal.name.clone()),
+            }
+        } else {
+            Removal::Deregister
+        };
+        self.remove_table_deferring(id, how, false)
+            .await
+            .map(|(record, _)| record)
     }
 
     /// DropTable for a server: the table is gone when this returns (its record is deleted,
     /// nothing can reach it), and deleting its data, which may take long on a large table,
     /// is handed back as a `DataCleanup` to run after the answer (`finish_cleanup`). A cleanup
     /// that never runs (the gateway dies) is finished by recovery, as any committed drop.
+    /// With `purge`, the data is deleted at once whatever the retention.
     pub async fn drop_table_later(
         &self,
         ctx: &Ctx,
         id: &[String],
+        purge: bool,
     ) -> Result<(TableRecord, Option<DataCleanup>)> {
         self.may_remove_table(ctx, id)?;
-        self.remove_table_deferring(id, true, true).await
+        let how = if purge {
+            Removal::Purge
+        } else {
+            Removal::Drop {
+                by: Some(ctx.principal.name.clone()),
+            }
+        };
+        self.remove_table_deferring(id, how, true).await
     }
 
     /// Deletes a dropped table's data, then its folder claim and its intent.
@@ -552,12 +573,8 @@ impl Catalog {
         }
     }
 
-    pub(crate) async fn remove_table(
-        &self,
-        id: &[String],
-        delete_data: bool,
-    ) -> Result<TableRecord> {
-        self.remove_table_deferring(id, delete_data, false)
+    pub(crate) async fn remove_table(&self, id: &[String], how: Removal) -> Result<TableRecord> {
+        self.remove_table_deferring(id, how, false)
             .await
             .map(|(record, _)| record)
     }
@@ -565,13 +582,31 @@ impl Catalog {
     async fn remove_table_deferring(
         &self,
         id: &[String],
-        delete_data: bool,
+        how: Removal,
         defer: bool,
     ) -> Result<(TableRecord, Option<DataCleanup>)> {
         let key = self.table_key(id)?;
         let cell = self.cell_of(id)?;
+        let delete_data = how != Removal::Deregister;
+        // A drop keeps the table for its retention, where the warehouse's format has the
+        // records for it (`upgrade`): its namespaces' policy is read beside the record.
+        let (first, retention) = tokio::join!(self.removable(id), async {
+            match &how {
+                Removal::Drop { .. } => self.drop_retention_above(&cell, id).await,
+                _ => Ok(None),
+            }
+        });
+        let retention = retention?;
+        let mut first = Some(first?);
         for _attempt in 0..8 {
-            let (record, etag) = self.removable(id).await?;
+            let (record, etag) = match first.take() {
+                Some(found) => found,
+                None => self.removable(id).await?,
+            };
+            let keep_until_ms = match &retention {
+                Some(above) => self.drop_kept_until(above, &record)?,
+                None => None,
+            };
             // 1. The intent, so the mark can always be traced.
             let op_id = new_uid();
             let intent_key = Layout::drop_key(&cell, &op_id);
@@ -581,8 +616,17 @@ impl Catalog {
                 IntentKind::DropTable {
                     record: record.clone(),
                     delete_data,
+                    keep_until_ms,
+                    dropped: None,
+                    dropped_by: match (&how, keep_until_ms) {
+                        (Removal::Drop { by }, Some(_)) => by.clone(),
+                        _ => None,
+                    },
                 },
             );
+            if keep_until_ms.is_some() {
+                intent.format_version = FORMAT_SOFT_DROP;
+            }
             let intent_etag = self
                 .write(&intent_key, encode(&intent), Condition::IfAbsent)
                 .await?;
@@ -631,8 +675,38 @@ impl Catalog {
                 }
             };
             // 4. The linearization point: the record goes (unless a helper took this step).
-            self.remove(&key, &mark_etag).await?;
-            // 5. The rest: data, claim, intent (now, or by the caller after its answer).
+            // A kept table's dropped record is written beside it, so it is listed (and can be
+            // undropped) once the drop answers; a failed write is the settler's to repeat.
+            match &intent.kind {
+                IntentKind::DropTable {
+                    keep_until_ms: Some(purge_after_ms),
+                    dropped_by,
+                    ..
+                } => {
+                    let (removed, kept) = tokio::join!(
+                        self.remove(&key, &mark_etag),
+                        self.keep_dropped(
+                            &intent.op_id,
+                            &record,
+                            intent.started_at_ms,
+                            *purge_after_ms,
+                            dropped_by.clone(),
+                        )
+                    );
+                    removed?;
+                    if let Err(e) = kept {
+                        tracing::warn!(table = %self.show(id), error = %e, "dropped record not written yet; the drop's cleanup writes it");
+                    }
+                }
+                _ => {
+                    self.remove(&key, &mark_etag).await?;
+                }
+            }
+            if delete_data {
+                crate::telemetry::dropped(keep_until_ms.is_some());
+            }
+            // 5. The rest: data (or upkeep record), claim, intent (now, or by the caller
+            // after its answer).
             if defer && delete_data {
                 let cleanup = DataCleanup {
                     intent_key,
@@ -675,6 +749,9 @@ impl Catalog {
                 IntentKind::DropTable {
                     record: record.clone(),
                     delete_data: false,
+                    keep_until_ms: None,
+                    dropped: None,
+                    dropped_by: None,
                 },
             );
             intent.batch = Some(batch.to_string());

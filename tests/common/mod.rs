@@ -110,19 +110,36 @@ impl lance_gateway::catalog::DatasetReader for NoDatasets {
 }
 
 /// A catalog over `store` as gateway `node`, settling others' unfinished operations after
-/// `grace`, with no datasets to read.
+/// `grace`, with no datasets to read. A drop deletes at once (a drop retention of zero):
+/// the suites of the rules that predate soft drops check the deletion itself;
+/// `open_catalog_keeping_drops` keeps them.
 pub async fn open_catalog(
     store: DynStore,
     warehouse: lance_gateway::catalog::layout::Warehouse,
     grace: std::time::Duration,
     node: &str,
 ) -> Arc<lance_gateway::catalog::Catalog> {
+    open_catalog_keeping_drops(store, warehouse, grace, node, std::time::Duration::ZERO).await
+}
+
+/// `open_catalog` with dropped tables kept for `retention`.
+pub async fn open_catalog_keeping_drops(
+    store: DynStore,
+    warehouse: lance_gateway::catalog::layout::Warehouse,
+    grace: std::time::Duration,
+    node: &str,
+    retention: std::time::Duration,
+) -> Arc<lance_gateway::catalog::Catalog> {
+    let policy = lance_gateway::catalog::policy::Policy {
+        drop_retention: retention,
+        ..Default::default()
+    };
     Arc::new(
         lance_gateway::catalog::Catalog::open(
             store,
             lance_gateway::catalog::layout::Layout::new(warehouse),
             Arc::new(NoDatasets),
-            lance_gateway::catalog::Settings::new(grace, node),
+            lance_gateway::catalog::Settings::new(grace, node).with_maintenance(policy),
         )
         .await
         .expect("the catalog opens"),
