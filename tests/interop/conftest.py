@@ -53,14 +53,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_gateway(args: list[str], env: dict | None = None, port: int | None = None) -> Gateway:
-    """Starts the built binary on `port` (a free one if not given) and waits until it is up."""
+def start_gateway(args: list[str], env: dict | None = None, port: int | None = None,
+                  binary: str | None = None) -> Gateway:
+    """Starts the built binary (or `binary`) on `port` (a free one if not given) and waits
+    until it is up."""
     port = port or free_port()
     log = tempfile.NamedTemporaryFile(prefix="lance-gateway-", suffix=".log", delete=False).name
     full_env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"))
     full_env.update(env or {})
     proc = subprocess.Popen(
-        [gateway_binary(), "serve", "--listen", f"127.0.0.1:{port}", *args],
+        [binary or gateway_binary(), "serve", "--listen", f"127.0.0.1:{port}", *args],
         stdout=open(log, "w"),
         stderr=subprocess.STDOUT,
         env=full_env,

@@ -108,15 +108,21 @@ class Cluster:
     """N gateway processes over one warehouse, each on a port of its own that it keeps
     across restarts (so it keeps its node id)."""
 
-    def __init__(self, args: list[str], env: dict, n: int, recovery: list[str] = RECOVERY):
+    def __init__(self, args: list[str], env: dict, n: int, recovery: list[str] = RECOVERY,
+                 binaries: list[str | None] | None = None):
         self.args, self.env = args + recovery, env
         self.ports = [free_port() for _ in range(n)]
-        self.gateways: list[Gateway | None] = [start_gateway(self.args, env, port=p) for p in self.ports]
+        # Which binary each gateway runs (None: the built one); `kill_and_restart` may change it.
+        self.binaries = list(binaries or [None] * n)
+        self.gateways: list[Gateway | None] = [start_gateway(self.args, env, port=p, binary=b)
+                                               for p, b in zip(self.ports, self.binaries)]
         self.all_logs = [gw.log for gw in self.gateways]
         self.lock = threading.Lock()
         self.kills = 0
 
-    def kill_and_restart(self, i: int, down: float):
+    def kill_and_restart(self, i: int, down: float, binary: str | None = None):
+        """SIGKILLs gateway `i` and starts it again after `down` seconds on the same port
+        (so the same node id), as `binary` if given (an upgrade or a rollback)."""
         with self.lock:
             gw = self.gateways[i]
             self.gateways[i] = None
@@ -124,7 +130,9 @@ class Cluster:
         gw.proc.wait()
         self.kills += 1
         time.sleep(down)
-        started = start_gateway(self.args, self.env, port=self.ports[i])
+        if binary is not None:
+            self.binaries[i] = binary
+        started = start_gateway(self.args, self.env, port=self.ports[i], binary=self.binaries[i])
         self.all_logs.append(started.log)
         with self.lock:
             self.gateways[i] = started
@@ -385,16 +393,21 @@ def inspect(wh: Warehouse) -> list[str]:
     for key in wh.keys(".lance-gateway/tables"):
         rec = wh.read_json(key)
         records[rec["uid"]] = rec
-    folders = sorted((rec["data_key"], rec["uid"]) for rec in records.values())
+    # A dropped table kept for undrop (a warehouse at format 3) keeps its folder and claim.
+    kept = {}
+    for key in wh.keys(".lance-gateway/dropped"):
+        rec = wh.read_json(key)["table"]
+        kept[rec["uid"]] = rec
+    folders = sorted((rec["data_key"], rec["uid"]) for rec in [*records.values(), *kept.values()])
     for i, (a, ua) in enumerate(folders):
         for b, ub in folders[i + 1 :]:
             if a == b or b.startswith(a + "/"):
                 problems.append(f"tables {ua} and {ub} share or nest folders {a} and {b}")
     for key in wh.keys(".lance-gateway/locations"):
         claim = wh.read_json(key)
-        owner = records.get(claim["uid"])
+        owner = records.get(claim["uid"]) or kept.get(claim["uid"])
         if owner is None:
-            problems.append(f"claim {key} belongs to no live table ({claim})")
+            problems.append(f"claim {key} belongs to no live or dropped table ({claim})")
         elif key != claim_key(owner["data_key"]):
             problems.append(f"claim {key} does not match its table's folder {owner['data_key']}")
     if wh.local:
@@ -429,15 +442,16 @@ def dataset_files() -> dict[str, bytes]:
     return _DATASET
 
 
-def fsck_problems(cluster: Cluster) -> list[str]:
-    """`admin fsck` of the cluster's warehouse (its gateways stopped): every problem found.
+def fsck_problems(cluster: Cluster, binary: str | None = None) -> list[str]:
+    """`admin fsck` of the cluster's warehouse (its gateways stopped), by the built binary or
+    `binary`: every problem found.
     (The datasets the workload put under `reg/` for RegisterTable and left unregistered are
     reported as notes, data no record points to, and are no problem.)"""
     import subprocess
 
     from conftest import gateway_binary
 
-    out = subprocess.run([gateway_binary(), "admin", "fsck", "--json", *cluster.args],
+    out = subprocess.run([binary or gateway_binary(), "admin", "fsck", "--json", *cluster.args],
                          capture_output=True, text=True, env={**os.environ, **cluster.env}, timeout=300)
     if out.returncode not in (0, 1):
         return [f"fsck could not run: {out.stderr}"]
@@ -454,10 +468,11 @@ PAGED_NAMES = ["t0", "t1", "t2", "t2-1", "t3", "t4"]
 
 
 def run_round(cluster: Cluster, wh: Warehouse, index: int, seed: int, seconds: float, workers: int, kills: bool,
-              on_start=None, pattern: str = "mixed", walkers: int = 0) -> Round:
+              on_start=None, pattern: str = "mixed", walkers: int = 0, beside=()) -> Round:
     """One round; `on_start` is called once the round's namespaces and folders are set up,
     just before the workload (the fault suite turns its faults on there). `walkers` threads
-    only walk listings (see `walker`), beside the `workers`."""
+    only walk listings (see `walker`), beside the `workers`. Each of `beside` is called in a
+    thread of its own with the time the workload ends (monotonic), and joined with it."""
     prefix = f"h{seed % 10000}r{index}"
     if pattern == "paged":
         r = Round(prefix, [f"{prefix}a", f"{prefix}b"], list(PAGED_NAMES), [], pattern)
@@ -487,6 +502,7 @@ def run_round(cluster: Cluster, wh: Warehouse, index: int, seed: int, seconds: f
                 for p in range(walkers)]
     if kills:
         threads.append(threading.Thread(target=killer, args=(cluster, seed * 100 + 99, until)))
+    threads += [threading.Thread(target=fn, args=(until,)) for fn in beside]
     for t in threads:
         t.start()
     for t in threads:

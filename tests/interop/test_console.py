@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from lance.namespace import RestNamespace
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
@@ -96,7 +96,8 @@ def browser():
 
 
 def wait(driver, condition, timeout=15):
-    return WebDriverWait(driver, timeout).until(condition)
+    # A page being redrawn replaces the element a condition just found: look again.
+    return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(condition)
 
 
 def visible(driver, css, timeout=15):
@@ -331,6 +332,48 @@ def test_create_namespace_tag_and_drop_table(console, browser):
     wait(browser, lambda d: "/ns/" in d.current_url)
     with pytest.raises(Exception):
         client.table_exists(ln.TableExistsRequest(id=["ml", "scratch"]))
+
+
+def test_recently_dropped_tables_are_undropped_and_purged(console, browser):
+    """A dropped table is listed under its namespace's "Recently dropped" (admins only), with
+    who dropped it; Undrop brings it back whole, under its name or another; Purge asks for
+    the name, then deletes the data for good."""
+    uri, ns, ops = console["gw"].uri, console["ns"], console["keys"]["ops"]
+    client = ln.connect("rest", {"uri": uri, "headers.x-api-key": ops})
+    for name in ("keep_me", "lose_me"):
+        lance.write_dataset(rows(0, 7), namespace_client=ns, table_id=["ml", name], mode="create")
+        client.drop_table(ln.DropTableRequest(id=["ml", name]))
+    sign_in(browser, uri, ops)
+    go(browser, uri, "/ns/ml", "#dropped table")
+    head, body = table_text(browser, "#dropped table")
+    listed = dict(zip(column(head, body, "name"), column(head, body, "by")))
+    assert listed.get("keep_me") == "ops" and listed.get("lose_me") == "ops", listed
+    browser.save_screenshot(os.path.join(console["shots"], "recently-dropped.png"))
+
+    # Undrop under another name: the rows come back, the listing loses it.
+    row = browser.find_element(By.XPATH, "//section[@id='dropped']//tr[td[1]='keep_me']")
+    row.find_element(By.CSS_SELECTOR, "input[name=as]").send_keys("kept_again")
+    row.find_element(By.CSS_SELECTOR, "button.undrop").click()
+    wait(browser, lambda d: "/table/ml%24kept_again" in d.current_url)
+    assert lance.dataset(namespace_client=ns, table_id=["ml", "kept_again"]).count_rows() == 7
+
+    # Purge wants the name typed; then the data is gone and so is the entry.
+    go(browser, uri, "/ns/ml", "#dropped table")
+    row = browser.find_element(By.XPATH, "//section[@id='dropped']//tr[td[1]='lose_me']")
+    dropped = call(uri, "GET", "/v1/namespace/ml/dropped_tables", headers={"x-api-key": ops})[1]["dropped"]
+    folder = next(d["location"] for d in dropped if d["id"] == ["ml", "lose_me"])
+    row.find_element(By.CSS_SELECTOR, "button.purge").click()
+    visible(browser, "#dropped .error")
+    assert os.path.isdir(folder.removeprefix("file://")), "nothing purged before the name is typed"
+    row.find_element(By.CSS_SELECTOR, "input[name=confirm]").send_keys("lose_me")
+    row.find_element(By.CSS_SELECTOR, "button.purge").click()
+    wait(browser, lambda d: "lose_me" not in d.find_element(By.ID, "dropped").text)
+    assert not os.path.exists(folder.removeprefix("file://"))
+
+    # A reader sees no such section.
+    sign_in(browser, uri, console["keys"]["viewer"])
+    go(browser, uri, "/ns/ml", "#view h1")
+    assert not browser.find_elements(By.ID, "dropped")
 
 
 def test_console_can_be_turned_off(tmp_path):

@@ -134,8 +134,10 @@ def test_table_lifecycle(ns, warehouse):
     with pytest.raises(errors.TableAlreadyExistsError):
         ns.rename_table(ln.RenameTableRequest(id=top + ["t2"], new_table_name="t3"))
 
-    # drop forgets the table at once and deletes its data just after its answer
-    dropped = ns.drop_table(ln.DropTableRequest(id=other + ["moved"]))
+    # drop forgets the table at once; asked to purge (the gateway's header, passed on from
+    # the request's context) it deletes its data just after its answer rather than keeping
+    # the table for undrop
+    dropped = ns.drop_table(ln.DropTableRequest(id=other + ["moved"], context={"header.x-lance-gateway-purge": "true"}))
     assert dropped.location == declared.location
     with pytest.raises(errors.TableNotFoundError):
         ns.describe_table(ln.DescribeTableRequest(id=other + ["moved"]))

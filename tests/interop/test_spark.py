@@ -4,8 +4,11 @@ credentials vended by the gateway and, again, with `storage.*` keys on the Spark
 
 Every step prints what it saw; a wrong answer fails with the step's name."""
 
+import json
 import os
 import time
+import urllib.parse
+import urllib.request
 import uuid
 
 import lance
@@ -97,7 +100,20 @@ def scenario(spark, catalog_uri: str, base: list[str], storage_options: dict | N
     spark.sql(f"DROP TABLE {table} PURGE")
     tables = [r["tableName"] for r in spark.sql(f"SHOW TABLES IN {ns_sql}").collect()]
     s.check("DROP TABLE removes it from the catalog", tables, [])
-    # (the data is deleted just after DropTable answers)
+    # A warehouse that keeps drops (format 3: a local one this release made) keeps the table
+    # for undrop: Spark's PURGE is the same DropTable as a plain drop would be. It is purged
+    # through the extension route. (A new bucket in endpoint mode, format 2, deletes at once.)
+    keeps = not base
+    ns_path = urllib.parse.quote("$".join(base + ["ml"]), safe="")
+    with urllib.request.urlopen(f"{catalog_uri}/v1/namespace/{ns_path}/dropped_tables") as r:
+        kept_ids = [d["id"] for d in json.loads(r.read())["dropped"]]
+    s.check("DROP TABLE PURGE keeps it for undrop where drops are kept", base + ["ml", "embeddings"] in kept_ids, keeps)
+    if keeps:
+        purge = urllib.request.Request(f"{catalog_uri}/v1/table/{ns_path}%24embeddings/purge", data=b"{}",
+                                       method="POST", headers={"content-type": "application/json"})
+        with urllib.request.urlopen(purge) as r:
+            assert r.status == 200
+    # (the data is deleted just after DropTable, or the purge, answers)
     deadline = time.time() + 10
     while True:
         try:
