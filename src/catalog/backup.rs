@@ -491,3 +491,60 @@ impl Catalog {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Backup {
+        let objects = vec![Copied {
+            cell: String::new(),
+            key: ".lance-gateway/ns/ml.json".into(),
+            body: serde_json::json!({"format_version": 2, "id": ["ml"]}),
+        }];
+        let tables = vec![TableAt {
+            id: vec!["ml".into(), "t".into()],
+            location: "file:///wh/ml/t.lance".into(),
+            version: Some(3),
+        }];
+        Backup {
+            header: Some(Header {
+                backup_format: BACKUP_FORMAT,
+                release: "test".into(),
+                taken_at_ms: 1,
+                warehouse: "file:///wh".into(),
+                endpoint_mode: false,
+                cells: vec![String::new()],
+                objects: objects.len(),
+                tables: tables.len(),
+                passes: 2,
+            }),
+            objects,
+            tables,
+        }
+    }
+
+    #[test]
+    fn a_backup_reads_back_as_written() {
+        let text = sample().to_lines().unwrap();
+        assert_eq!(text.lines().count(), 3);
+        let back = Backup::from_lines(&text).unwrap();
+        assert_eq!(back.tables, sample().tables);
+        assert_eq!(back.objects[0].body, sample().objects[0].body);
+    }
+
+    #[test]
+    fn a_cut_short_or_foreign_file_is_refused() {
+        let text = sample().to_lines().unwrap();
+        let cut: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
+        let e = Backup::from_lines(&cut).unwrap_err();
+        assert!(e.message.contains("cut short"), "{}", e.message);
+        let e = Backup::from_lines("{\"namespaces\": []}\n").unwrap_err();
+        assert!(e.message.contains("line 1"), "{}", e.message);
+        let e = Backup::from_lines("").unwrap_err();
+        assert!(e.message.contains("no header"), "{}", e.message);
+        let newer = text.replace("\"backup_format\":1", "\"backup_format\":9");
+        let e = Backup::from_lines(&newer).unwrap_err();
+        assert!(e.message.contains("format 9"), "{}", e.message);
+    }
+}

@@ -225,9 +225,20 @@ impl Catalog {
         let cell = self.cell_of(id)?;
         let mut patience = self.patience();
         loop {
-            let latest = self
-                .dropped_in(&cell)
-                .await?
+            // A named drop is read where it lies; the latest drop of a name is looked for
+            // among all of the cell's (a listing: an undrop names the drop where it can).
+            let candidates = match drop_id {
+                Some(d) => {
+                    let key = Layout::dropped_key(&cell, d);
+                    self.read::<DroppedTable>(&key)
+                        .await?
+                        .map(|(t, etag)| (key, t, etag))
+                        .into_iter()
+                        .collect()
+                }
+                None => self.dropped_in(&cell).await?,
+            };
+            let latest = candidates
                 .into_iter()
                 .filter(|(_, d, _)| {
                     d.table.id == id && drop_id.is_none_or(|want| want == d.drop_id)

@@ -6,6 +6,7 @@ Local directory and SeaweedFS (endpoint mode, raised to format 3 by `admin upgra
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -134,8 +135,11 @@ def test_purge_and_the_purge_header_delete_the_data(wh):
         db.create_table(name, data=rows(10), namespace_path=ns)
     loc_a = db.open_table("a", namespace_path=ns).to_lance().uri
     opts = wh.storage_options
-    # `a`: dropped, then purged through the extension route.
+    # `a`: dropped, then purged through the extension route. A reader that held it before
+    # the drop keeps reading it until the purge.
+    held = lance.dataset(loc_a, storage_options=opts)
     db.drop_table("a", namespace_path=ns)
+    assert held.to_table().num_rows == 10, "a held reader reads on after the drop"
     assert lance.dataset(loc_a, storage_options=opts).count_rows() == 10, "kept after the drop"
     s, b = call(wh.uri, "POST", f"/v1/table/{'$'.join(ns + ['a'])}/purge?delimiter=%24", {})
     assert s == 200, b
@@ -144,6 +148,10 @@ def test_purge_and_the_purge_header_delete_the_data(wh):
     # its request context.
     loc_b = db.open_table("b", namespace_path=ns).to_lance().uri
     nsc.drop_table(ln.DropTableRequest(id=ns + ["b"], context={"header.x-lance-gateway-purge": "true"}))
+    # (a drop that deletes at once deletes the data just after it answers)
+    deadline = time.monotonic() + 15
+    while objects(wh, loc_b) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert objects(wh, loc_b) == 0, "purged by the header: nothing under its location"
     s, listed = call(wh.uri, "GET", f"/v1/namespace/{'$'.join(ns)}/dropped_tables?delimiter=%24")
     assert listed["dropped"] == [], listed
