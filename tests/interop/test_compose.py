@@ -4,6 +4,7 @@ as a user would, on published loopback ports. The gateway container is healthy b
 HEALTHCHECK, runs as a non-root user, serves metrics, and keeps every table across a
 restart of its container."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -44,23 +45,34 @@ def wait_ready(uri: str, timeout: float = 120) -> None:
     raise AssertionError(f"{uri} did not become ready")
 
 
-@pytest.fixture(scope="module")
-def compose():
-    run(os.path.join(ROOT, "scripts", "images"), timeout=900)
-    project = f"lgc{uuid.uuid4().hex[:8]}"
-    ports = {"LANCE_GATEWAY_PORT": free_port(), "SEAWEEDFS_S3_PORT": free_port(), "LANCE_GATEWAY_METRICS_PORT": free_port()}
-    env = {**os.environ, **{k: str(v) for k, v in ports.items()}}
+@contextlib.contextmanager
+def compose_project(compose_file: str, tag: str, port_names: list[str], logged: list[str], extra_env=None):
+    """Brings `compose_file` up with podman-compose as a project of its own, on free
+    loopback ports (the variables `port_names`), waits for LANCE_GATEWAY_PORT to be ready,
+    and takes it down after, printing the tail of the `logged` services' logs."""
+    project = f"{tag}{uuid.uuid4().hex[:8]}"
+    ports = {name: free_port() for name in port_names}
+    env = {**os.environ, **{k: str(v) for k, v in ports.items()}, **(extra_env or {})}
     podman_compose = os.path.join(os.path.dirname(sys.executable), "podman-compose")
-    base = [podman_compose, "-p", project, "-f", COMPOSE]
+    base = [podman_compose, "-p", project, "-f", compose_file]
     try:
         run(*base, "up", "-d", env=env)
         uri = f"http://127.0.0.1:{ports['LANCE_GATEWAY_PORT']}"
         wait_ready(uri)
-        yield {"uri": uri, "gateway": f"{project}_lance-gateway_1", "ports": ports, "base": base, "env": env}
+        yield {"uri": uri, "project": project, "ports": ports, "base": base, "env": env}
     finally:
-        logs = run("podman", "logs", f"{project}_lance-gateway_1", check=False)
-        print(logs.stdout[-4000:], logs.stderr[-4000:])
+        for name in logged:
+            logs = run("podman", "logs", "--tail", "40", f"{project}_{name}_1", check=False)
+            print(name, logs.stdout[-4000:], logs.stderr[-4000:])
         run(*base, "down", "-v", env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def compose():
+    run(os.path.join(ROOT, "scripts", "images"), timeout=900)
+    ports = ["LANCE_GATEWAY_PORT", "SEAWEEDFS_S3_PORT", "LANCE_GATEWAY_METRICS_PORT"]
+    with compose_project(COMPOSE, "lgc", ports, ["lance-gateway"]) as up:
+        yield {**up, "gateway": f"{up['project']}_lance-gateway_1"}
 
 
 def test_the_image_is_healthy_and_not_root(compose):

@@ -9,7 +9,6 @@ fsck` of the warehouse is clean."""
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -18,8 +17,8 @@ import uuid
 
 import pytest
 
-from conftest import free_port, gateway_binary
-from test_compose import run, wait_ready
+from conftest import gateway_binary
+from test_compose import compose_project, run
 from test_two_releases import previous_release
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -82,22 +81,10 @@ def ha():
     previous = previous_release()
     run(os.path.join(ROOT, "scripts", "images"), env={**os.environ, "LANCE_GATEWAY_PREVIOUS_BIN": previous},
         timeout=900)
-    project = f"lgha{uuid.uuid4().hex[:8]}"
-    ports = {"LANCE_GATEWAY_PORT": free_port(), "SEAWEEDFS_S3_PORT": free_port()}
-    env = {**os.environ, **{k: str(v) for k, v in ports.items()},
-           **{f"{r.upper()}_IMAGE": "lance-gateway:previous" for r in REPLICAS}}
-    podman_compose = os.path.join(os.path.dirname(sys.executable), "podman-compose")
-    base = [podman_compose, "-p", project, "-f", COMPOSE]
-    try:
-        run(*base, "up", "-d", env=env)
-        uri = f"http://127.0.0.1:{ports['LANCE_GATEWAY_PORT']}"
-        wait_ready(uri)
-        yield {"uri": uri, "project": project, "ports": ports, "base": base, "env": env}
-    finally:
-        for name in ["balancer", *REPLICAS]:
-            logs = run("podman", "logs", "--tail", "30", f"{project}_{name}_1", check=False)
-            print(name, logs.stdout[-3000:], logs.stderr[-3000:])
-        run(*base, "down", "-v", env=env, check=False)
+    images = {f"{r.upper()}_IMAGE": "lance-gateway:previous" for r in REPLICAS}
+    with compose_project(COMPOSE, "lgha", ["LANCE_GATEWAY_PORT", "SEAWEEDFS_S3_PORT"], ["balancer", *REPLICAS],
+                         images) as up:
+        yield up
 
 
 def test_replicas_replaced_one_at_a_time_lose_nothing(ha):
