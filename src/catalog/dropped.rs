@@ -383,13 +383,8 @@ impl Catalog {
                 return Err(e);
             }
             // 4. Commit: from here the table is visible (through its committed entry).
-            intent.state = IntentState::Committed;
             let committed_etag = match self
-                .write(
-                    &pending_key,
-                    encode(&intent),
-                    Condition::IfMatch(intent_etag.clone()),
-                )
+                .commit_intent(&pending_key, &mut intent, &intent_etag)
                 .await
             {
                 Ok(e) => e,
@@ -527,13 +522,8 @@ impl Catalog {
                 other => Err(other.into()),
             };
         }
-        intent.state = IntentState::Committed;
         let committed_etag = match self
-            .write(
-                &intent_key,
-                encode(&intent),
-                Condition::IfMatch(intent_etag.clone()),
-            )
+            .commit_intent(&intent_key, &mut intent, &intent_etag)
             .await
         {
             Ok(e) => e,

@@ -48,6 +48,20 @@ impl Catalog {
         self.settleable(entry.owner(), entry.started_at_ms(), entry.alive_at_ms())
     }
 
+    /// An operation's deciding write: `intent` committed over its prepared copy at `etag`
+    /// (at `key`). Answers the committed intent's ETag; `PreconditionFailed` when a settler
+    /// changed it first (the caller gives the operation up).
+    pub(crate) async fn commit_intent(
+        &self,
+        key: &str,
+        intent: &mut Intent,
+        etag: &str,
+    ) -> crate::store::StoreResult<String> {
+        intent.state = IntentState::Committed;
+        self.write(key, encode(intent), Condition::IfMatch(etag.to_string()))
+            .await
+    }
+
     /// Reads the intent a mark names and says what the mark means. `key` and `etag` are the
     /// marked record's.
     pub(crate) async fn resolve_mark(

@@ -654,13 +654,8 @@ impl Catalog {
                 }
             };
             // 3. Commit.
-            intent.state = IntentState::Committed;
             let committed_etag = match self
-                .write(
-                    &intent_key,
-                    encode(&intent),
-                    Condition::IfMatch(intent_etag.clone()),
-                )
+                .commit_intent(&intent_key, &mut intent, &intent_etag)
                 .await
             {
                 Ok(e) => e,
@@ -909,13 +904,8 @@ impl Catalog {
             }
             let mark_etag = mark.map_err(Error::from)?;
             // 3. Commit.
-            intent.state = IntentState::Committed;
             let committed_etag = match self
-                .write(
-                    &pending_key,
-                    encode(&intent),
-                    Condition::IfMatch(intent_etag.clone()),
-                )
+                .commit_intent(&pending_key, &mut intent, &intent_etag)
                 .await
             {
                 Ok(e) => e,
