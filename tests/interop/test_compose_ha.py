@@ -26,15 +26,24 @@ COMPOSE = os.path.join(ROOT, "docker", "compose.ha.yaml")
 REPLICAS = ["gw1", "gw2", "gw3"]
 
 
+def answer_of(raw: bytes) -> dict:
+    """A gateway answers JSON; the balancer's own pages (its 503 when no replica is up) are
+    HTML, kept as text."""
+    try:
+        return json.loads(raw or b"{}")
+    except ValueError:
+        return {"not_json": raw.decode(errors="replace")[:200]}
+
+
 def send(uri: str, method: str, path: str, body=None) -> tuple[int, dict]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(f"{uri}{path}", data=data, method=method,
                                  headers={"content-type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read() or b"{}")
+            return r.status, answer_of(r.read())
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+        return e.code, answer_of(e.read())
 
 
 class Client:
@@ -44,9 +53,9 @@ class Client:
     def __init__(self, uri: str):
         self.uri, self.retried, self.failed = uri, [], []
 
-    def call(self, method: str, path: str, body=None, tries: int = 40) -> tuple[int, dict]:
-        last = None
-        for _ in range(tries):
+    def call(self, method: str, path: str, body=None, within: float = 60.0) -> tuple[int, dict]:
+        last, deadline = None, time.time() + within
+        while time.time() < deadline:
             try:
                 status, answer = send(self.uri, method, path, body)
             except OSError as e:  # cut, refused: the request may or may not have landed
