@@ -92,12 +92,12 @@ pub async fn run(command: AdminCommand) -> i32 {
             confirm,
             ..
         } => purge(&catalog, id, drop_id.as_deref(), confirm, json_out).await,
-        AdminCommand::Backup { to, .. } => backup(&catalog, to, json_out).await,
+        AdminCommand::Backup { to, .. } => backup(&catalog, common, to, json_out).await,
         AdminCommand::Restore { from, force, .. } => {
-            restore(&catalog, from, *force, json_out).await
+            restore(&catalog, common, from, *force, json_out).await
         }
         AdminCommand::Verify { from, .. } => {
-            return verify(&catalog, from.as_deref(), json_out).await;
+            return verify(&catalog, common, from.as_deref(), json_out).await;
         }
         AdminCommand::Maintain {
             id, dry_run, tasks, ..
@@ -607,34 +607,124 @@ fn print_report(report: &Report, json_out: bool) {
     }
 }
 
-fn read_backup(from: &std::path::Path) -> Result<crate::catalog::backup::Backup, String> {
-    let text = if from.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("reading the backup: {e}"))?
-    } else {
-        std::fs::read_to_string(from)
-            .map_err(|e| format!("reading the backup {}: {e}", from.display()))?
-    };
-    crate::catalog::backup::Backup::from_lines(&text).map_err(|e| e.message)
+/// Where a backup is written or read: standard output or input (`-`), a file, or an object
+/// in an S3 bucket (`s3://bucket/key`) reached with the same S3 settings as the warehouse
+/// (endpoint, region, keys), so backups can be kept in another bucket of the same store.
+enum BackupPlace {
+    Std,
+    File(std::path::PathBuf),
+    Object {
+        uri: String,
+        store: Arc<dyn crate::store::Store>,
+        key: String,
+    },
 }
 
-async fn backup(cat: &Catalog, to: &std::path::Path, json_out: bool) -> Result<(), String> {
+impl BackupPlace {
+    async fn of(common: &AdminCommon, text: &str) -> Result<Self, String> {
+        if text == "-" {
+            return Ok(Self::Std);
+        }
+        let Some(rest) = text.strip_prefix("s3://") else {
+            if text.contains("://") {
+                return Err(format!(
+                    "'{text}': a backup goes to a file, `-`, or s3://bucket/key"
+                ));
+            }
+            return Ok(Self::File(text.into()));
+        };
+        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        let key = key.trim_start_matches('/');
+        if key.is_empty() || key.ends_with('/') {
+            return Err(format!("'{text}': name the backup's object, s3://bucket/key"));
+        }
+        crate::catalog::layout::validate_bucket(bucket).map_err(|e| e.message)?;
+        // The warehouse's settings, pointed at the backup's bucket.
+        let mut args = common.serve.clone();
+        args.settings.warehouse = Some(format!("s3://{bucket}"));
+        let config = Config::load(args).map_err(|e| e.to_string())?;
+        let parts = build_parts(&config, true).await?;
+        Ok(Self::Object {
+            uri: text.to_string(),
+            store: parts.store,
+            key: key.to_string(),
+        })
+    }
+
+    async fn read(&self) -> Result<crate::catalog::backup::Backup, String> {
+        let text = match self {
+            Self::Std => std::io::read_to_string(std::io::stdin())
+                .map_err(|e| format!("reading the backup: {e}"))?,
+            Self::File(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("reading the backup {}: {e}", path.display()))?,
+            Self::Object { uri, store, key } => match store.get(key).await {
+                Ok(Some(object)) => String::from_utf8(object.body.to_vec())
+                    .map_err(|_| format!("{uri} is not a backup (not UTF-8)"))?,
+                Ok(None) => return Err(format!("reading the backup {uri}: no such object")),
+                Err(e) => return Err(format!("reading the backup {uri}: {e}")),
+            },
+        };
+        crate::catalog::backup::Backup::from_lines(&text).map_err(|e| e.message)
+    }
+
+    /// Writes the whole backup or nothing: a file is written beside and moved into place,
+    /// an object is one PUT, so a cut-short copy never stands as a backup.
+    async fn write(&self, text: String) -> Result<(), String> {
+        match self {
+            Self::Std => {
+                print!("{text}");
+                Ok(())
+            }
+            Self::File(to) => {
+                let partial = to.with_extension("partial");
+                std::fs::write(&partial, &text)
+                    .and_then(|_| std::fs::rename(&partial, to))
+                    .map_err(|e| format!("writing the backup {}: {e}", to.display()))
+            }
+            Self::Object { uri, store, key } => store
+                .put(key, text.into(), crate::store::Condition::None)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("writing the backup {uri}: {e}")),
+        }
+    }
+
+    fn show(&self) -> String {
+        match self {
+            Self::Std => "standard output".into(),
+            Self::File(path) => path.display().to_string(),
+            Self::Object { uri, .. } => uri.clone(),
+        }
+    }
+}
+
+async fn read_backup(
+    common: &AdminCommon,
+    from: &str,
+) -> Result<crate::catalog::backup::Backup, String> {
+    BackupPlace::of(common, from).await?.read().await
+}
+
+async fn backup(
+    cat: &Catalog,
+    common: &AdminCommon,
+    to: &str,
+    json_out: bool,
+) -> Result<(), String> {
     let started = std::time::Instant::now();
+    let place = BackupPlace::of(common, to).await?;
     let copy = cat.backup().await.map_err(|e| e.to_string())?;
     let text = copy.to_lines().map_err(|e| e.to_string())?;
-    if to.as_os_str() == "-" {
-        print!("{text}");
+    let to_stdout = matches!(place, BackupPlace::Std);
+    place.write(text).await?;
+    if to_stdout {
         return Ok(());
     }
-    // Written beside, then moved into place: a cut-short file never stands as a backup.
-    let partial = to.with_extension("partial");
-    std::fs::write(&partial, &text)
-        .and_then(|_| std::fs::rename(&partial, to))
-        .map_err(|e| format!("writing the backup {}: {e}", to.display()))?;
     let header = copy.header.as_ref().expect("a backup has its header");
     if json_out {
         println!(
             "{}",
-            json!({"to": to, "header": header, "seconds": started.elapsed().as_secs_f64()})
+            json!({"to": place.show(), "header": header, "seconds": started.elapsed().as_secs_f64()})
         );
     } else {
         eprintln!(
@@ -642,7 +732,7 @@ async fn backup(cat: &Catalog, to: &std::path::Path, json_out: bool) -> Result<(
             header.objects,
             header.tables,
             header.warehouse,
-            to.display(),
+            place.show(),
             started.elapsed().as_secs_f64(),
             header.passes
         );
@@ -652,12 +742,13 @@ async fn backup(cat: &Catalog, to: &std::path::Path, json_out: bool) -> Result<(
 
 async fn restore(
     cat: &Catalog,
-    from: &std::path::Path,
+    common: &AdminCommon,
+    from: &str,
     force: bool,
     json_out: bool,
 ) -> Result<(), String> {
     let started = std::time::Instant::now();
-    let copy = read_backup(from)?;
+    let copy = read_backup(common, from).await?;
     let done = cat.restore(&copy, force).await.map_err(|e| e.message)?;
     if json_out {
         println!(
@@ -676,13 +767,16 @@ async fn restore(
     Ok(())
 }
 
-async fn verify(cat: &Catalog, from: Option<&std::path::Path>, json_out: bool) -> i32 {
-    let copy = match from.map(read_backup).transpose() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("lance-gateway admin: {e}");
-            return 2;
-        }
+async fn verify(cat: &Catalog, common: &AdminCommon, from: Option<&str>, json_out: bool) -> i32 {
+    let copy = match from {
+        None => None,
+        Some(from) => match read_backup(common, from).await {
+            Ok(copy) => Some(copy),
+            Err(e) => {
+                eprintln!("lance-gateway admin: {e}");
+                return 2;
+            }
+        },
     };
     let found = match cat.verify(copy.as_ref()).await {
         Ok(f) => f,

@@ -143,9 +143,10 @@ pub enum AdminCommand {
     /// Write a consistent copy of the catalog's records (not the data) to a file, with the
     /// version each table is at (docs/consistency.md, "Backup and restore").
     Backup {
-        /// The file to write (JSON lines; `-` for standard output).
+        /// Where to write it (JSON lines): a file, `-` for standard output, or
+        /// `s3://bucket/key`, reached with the warehouse's S3 settings.
         #[arg(long)]
-        to: std::path::PathBuf,
+        to: String,
         #[command(flatten)]
         common: Box<AdminCommon>,
     },
@@ -153,9 +154,9 @@ pub enum AdminCommand {
     /// pointing every table at its folder here (copy the data first when restoring into
     /// another bucket or prefix).
     Restore {
-        /// The backup file (`-` for standard input).
+        /// The backup: a file, `-` for standard input, or `s3://bucket/key`.
         #[arg(long)]
-        from: std::path::PathBuf,
+        from: String,
         /// Write over a catalog that is there (objects of the same keys are replaced).
         #[arg(long)]
         force: bool,
@@ -165,9 +166,9 @@ pub enum AdminCommand {
     /// Check every table of a backup (or of the catalog) against storage: the version it
     /// was at, or a newer one, must be there. Exit status 1 when any is missing.
     Verify {
-        /// The backup file [default: the live catalog].
+        /// The backup (a file or `s3://bucket/key`) [default: the live catalog].
         #[arg(long)]
-        from: Option<std::path::PathBuf>,
+        from: Option<String>,
         #[command(flatten)]
         common: Box<AdminCommon>,
     },

@@ -3,7 +3,8 @@ clients: tables written by LanceDB and pylance, a dropped table kept for undrop,
 catalog object deleted by mistake and the catalog restored from the copy: every table is
 found again with identical rows and versions, the dropped one can still be undropped, and
 `admin fsck` is clean. On SeaweedFS, the data copied to another bucket and the copy
-restored there: every table points at its folder in the new bucket. Restoring over a
+restored there: every table points at its folder in the new bucket (the backup kept as an
+object in a third bucket, `--to s3://...`). Restoring over a
 catalog is refused unless forced; a cut-short file is refused."""
 
 import json
@@ -115,8 +116,8 @@ def test_a_catalog_deleted_by_mistake_comes_back_from_its_backup(tmp_path):
 def test_a_warehouse_copied_to_another_bucket_finds_every_table(seaweed, tmp_path):
     s3 = boto3.client("s3", endpoint_url=seaweed.endpoint, region_name="us-east-1",
                       aws_access_key_id=seaweedfs.ADMIN_KEY, aws_secret_access_key=seaweedfs.ADMIN_SECRET)
-    src, dst = f"lg-bk-{uuid.uuid4().hex[:8]}", f"lg-bk-{uuid.uuid4().hex[:8]}"
-    for b in (src, dst):
+    src, dst, kept = (f"lg-bk-{uuid.uuid4().hex[:8]}" for _ in range(3))
+    for b in (src, dst, kept):
         s3.create_bucket(Bucket=b)
     src_args, env = s3_gateway_setup(seaweed, f"s3://{src}/wh")
     dst_args, _ = s3_gateway_setup(seaweed, f"s3://{dst}/moved")
@@ -125,8 +126,13 @@ def test_a_warehouse_copied_to_another_bucket_finds_every_table(seaweed, tmp_pat
         before = populate(gw.uri)
     finally:
         assert gw.stop() == 0
-    copy = tmp_path / "catalog.backup"
-    admin(src_args, env, "backup", "--to", str(copy))
+    # The backup is kept in a bucket of its own, reached with the warehouse's S3 settings.
+    copy = f"s3://{kept}/catalogs/wh.backup"
+    admin(src_args, env, "backup", "--to", copy)
+    kept_lines = s3.get_object(Bucket=kept, Key="catalogs/wh.backup")["Body"].read().decode().splitlines()
+    assert json.loads(kept_lines[0])["header"]["tables"] == 2, kept_lines[0]
+    missing_object = admin(dst_args, env, "restore", "--from", f"s3://{kept}/catalogs/none.backup", ok=False)
+    assert missing_object.returncode != 0 and "no such object" in missing_object.stderr, missing_object.stderr
     # The data is copied by the operator (here object by object, as `aws s3 sync` would);
     # the catalog's own objects come from the backup.
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=src, Prefix="wh/")
@@ -135,10 +141,10 @@ def test_a_warehouse_copied_to_another_bucket_finds_every_table(seaweed, tmp_pat
             rel = obj["Key"][len("wh/"):]
             if not rel.startswith(".lance-gateway/"):
                 s3.copy_object(Bucket=dst, Key=f"moved/{rel}", CopySource={"Bucket": src, "Key": obj["Key"]})
-    restored = json.loads(admin(dst_args, env, "restore", "--from", str(copy), "--json").stdout)["restored"]
+    restored = json.loads(admin(dst_args, env, "restore", "--from", copy, "--json").stdout)["restored"]
     # Two live tables and the dropped one point at their folders in the new bucket.
     assert restored["relocated"] >= 3, restored
-    verified = json.loads(admin(dst_args, env, "verify", "--from", str(copy), "--json").stdout)
+    verified = json.loads(admin(dst_args, env, "verify", "--from", copy, "--json").stdout)
     assert verified["missing"] == 0 and all(t["location"].startswith(f"s3://{dst}/moved/") for t in verified["tables"])
     assert admin(dst_args, env, "fsck").returncode == 0
     gw = start_gateway(dst_args, env)
@@ -154,7 +160,7 @@ def test_a_warehouse_copied_to_another_bucket_finds_every_table(seaweed, tmp_pat
     # A table whose data was not copied is named by verify.
     s3.delete_objects(Bucket=dst, Delete={"Objects": [
         {"Key": o["Key"]} for o in s3.list_objects_v2(Bucket=dst, Prefix="moved/ml/deep/").get("Contents", [])]})
-    out = admin(dst_args, env, "verify", "--from", str(copy), "--json", ok=False)
+    out = admin(dst_args, env, "verify", "--from", copy, "--json", ok=False)
     assert out.returncode == 1, out.stdout + out.stderr
     missing = [t["id"] for t in json.loads(out.stdout)["tables"] if t["state"] == "missing"]
     assert missing == [["ml", "deep", "emb"]], missing
