@@ -361,7 +361,8 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
                         }
                     }
                 }
-                if let Err(e) = recovery::sweep(&catalog).await {
+                // Housekeeping runs on one gateway per half interval, whichever it is.
+                if let Err(e) = recovery::sweep_spaced(&catalog, interval / 2).await {
                     tracing::warn!(error = %e, "recovery sweep failed");
                 }
             }

@@ -1322,8 +1322,9 @@ impl World {
         self.put(&key, &cell).await;
     }
 
-    fn dropped_key(&self, drop_id: &str) -> String {
-        Layout::dropped_key(&self.cell(), drop_id)
+    fn dropped_key(&self, table: &[String], drop_id: &str) -> String {
+        let placed = self.cat.layout().place(table).unwrap();
+        Layout::dropped_key(&placed.cell, placed.rel, drop_id)
     }
 
     async fn dropped(&self) -> Vec<DroppedTable> {
@@ -1481,7 +1482,7 @@ async fn purge_deletes_a_dropped_table(w: World) {
     assert_eq!(purged.drop_id, d.drop_id);
     assert!(!w.exists(&data).await);
     assert!(!w.exists(&w.claim_key(&rec)).await);
-    assert!(!w.exists(&w.dropped_key(&d.drop_id)).await);
+    assert!(!w.exists(&w.dropped_key(&t, &d.drop_id)).await);
     assert!(w.intents_left().await.is_empty());
     assert_eq!(
         w.code_of(k.undrop_table(&Ctx::internal(), &t, None, None).await)
@@ -1564,7 +1565,7 @@ async fn killed_undrops_settle_by_their_intent(w: World) {
         let name = if committed { "after" } else { "before" };
         let t = [&ns[..], &[name.to_string()]].concat();
         let (rec, data, d) = w.dropped_table(&k, &t).await;
-        let dkey = w.dropped_key(&d.drop_id);
+        let dkey = w.dropped_key(&t, &d.drop_id);
         let record = TableRecord {
             rev: "r2".into(),
             ..d.table.clone()
@@ -1635,7 +1636,7 @@ async fn killed_purge_after_commit_is_finished(w: World) {
     let ns = w.namespace("kp").await;
     let t = [&ns[..], &["t".to_string()]].concat();
     let (rec, data, d) = w.dropped_table(&k, &t).await;
-    let dkey = w.dropped_key(&d.drop_id);
+    let dkey = w.dropped_key(&t, &d.drop_id);
     let mut intent = w.intent(
         IntentKind::DropTable {
             record: d.table.clone(),
@@ -1865,6 +1866,55 @@ async fn upgrade_waits_for_gateways_that_cannot_read_the_new_format() {
     );
 }
 
+/// The warehouse-wide housekeeping (here: purging an expired drop) runs on one gateway at a
+/// time and not again within its spacing: a gateway that finds it done recently, or its
+/// lease held by a live gateway, leaves it; once the lease is given back it runs.
+async fn housekeeping_runs_on_one_gateway_at_a_time(w: World) {
+    let k = w.keeper_for(Duration::from_secs(2)).await;
+    let ns = w.namespace("hk").await;
+    let t = [&ns[..], &["t".to_string()]].concat();
+    let (_, data, _) = w.dropped_table(&k, &t).await;
+    recovery::sweep(&k).await.unwrap();
+    let key = Layout::housekeeping_key(&w.cell());
+    let (ran, _) = k
+        .read_leased::<recovery::Housekeeping>(&key)
+        .await
+        .unwrap()
+        .expect("the housekeeping lease is written");
+    assert!(ran.holder.is_none(), "given back after the run");
+    assert!(ran.state.last_ran_ms > 0);
+    assert!(w.exists(&data).await, "kept within its retention");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // Another gateway, spaced by an hour: it ran two seconds ago, so it is left.
+    let other = common::open_catalog_keeping_drops(
+        w.store.clone(),
+        w.warehouse.clone(),
+        GRACE,
+        "other-gw",
+        Duration::from_secs(2),
+    )
+    .await;
+    recovery::sweep_spaced(&other, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert!(w.exists(&data).await, "not run again within its spacing");
+    // Held by a live gateway: left, even unspaced.
+    let held = other
+        .take_lease::<recovery::Housekeeping>(&key, "test")
+        .await
+        .unwrap()
+        .expect("the lease is free");
+    recovery::sweep(&k).await.unwrap();
+    assert!(
+        w.exists(&data).await,
+        "not run while another holds the lease"
+    );
+    other.release_lease(held).await.unwrap();
+    recovery::sweep(&k).await.unwrap();
+    assert!(!w.exists(&data).await, "purged once the lease is free");
+    w.fsck_clean().await;
+}
+
 macro_rules! on_every_store {
     ($($scenario:ident),* $(,)?) => {
         mod memory { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $scenario() { super::$scenario(super::world(super::Kind::Memory).await).await } )* }
@@ -1905,21 +1955,21 @@ on_every_store!(
 );
 
 // Not in endpoint mode: there every scenario's sweep visits every bucket, and would meet
-// this one's newer records while it runs.
-mod newer_records {
-    #[tokio::test]
-    async fn memory() {
-        super::newer_records_are_left_for_a_newer_gateway(super::world(super::Kind::Memory).await)
-            .await
-    }
-    #[tokio::test]
-    async fn local() {
-        super::newer_records_are_left_for_a_newer_gateway(super::world(super::Kind::Local).await)
-            .await
-    }
-    #[tokio::test]
-    async fn s3_bucket() {
-        super::newer_records_are_left_for_a_newer_gateway(super::world(super::Kind::S3Bucket).await)
-            .await
-    }
+// these scenarios' records (newer ones; expired drops) while they run.
+macro_rules! on_stores_of_their_own {
+    ($($scenario:ident),* $(,)?) => { $(
+        mod $scenario {
+            #[tokio::test]
+            async fn memory() { super::$scenario(super::world(super::Kind::Memory).await).await }
+            #[tokio::test]
+            async fn local() { super::$scenario(super::world(super::Kind::Local).await).await }
+            #[tokio::test]
+            async fn s3_bucket() { super::$scenario(super::world(super::Kind::S3Bucket).await).await }
+        }
+    )* };
 }
+
+on_stores_of_their_own!(
+    newer_records_are_left_for_a_newer_gateway,
+    housekeeping_runs_on_one_gateway_at_a_time,
+);

@@ -5,7 +5,9 @@
 //!
 //! - A drop is the usual drop intent (`IntentKind::DropTable`) with `keep_until_ms`: once
 //!   committed, the table record goes (the linearization point, as for any drop) and a
-//!   `DroppedTable` is written at `dropped/<drop_id>.json`. The folder claim stays with the
+//!   `DroppedTable` is written at `dropped/<table id>/<drop_id>.json` (the id's parts as
+//!   a table record's key has them), so the drops of one name are one short listing and
+//!   the drops of one namespace one prefix. The folder claim stays with the
 //!   table's uid, so a new table of the same name gets a folder of its own.
 //! - An undrop is a rename out of the dropped tables (`IntentKind::UndropTable`): its intent
 //!   reserves the target name, the dropped record is marked, and the commit of the intent
@@ -74,8 +76,18 @@ impl Layout {
         format!("{}dropped/", Self::catalog_dir(cell))
     }
 
-    pub fn dropped_key(cell: &str, drop_id: &str) -> String {
-        format!("{}{drop_id}.json", Self::dropped_prefix(cell))
+    /// The folder of the drops kept for the table (or, for a namespace, of its tables and
+    /// those below it) whose id below `cell` is `rel`.
+    pub fn dropped_of(cell: &str, rel: &[String]) -> String {
+        let segs: String = rel
+            .iter()
+            .map(|p| format!("{}/", super::names::key_segment(p)))
+            .collect();
+        format!("{}{segs}", Self::dropped_prefix(cell))
+    }
+
+    pub fn dropped_key(cell: &str, rel: &[String], drop_id: &str) -> String {
+        format!("{}{drop_id}.json", Self::dropped_of(cell, rel))
     }
 }
 
@@ -131,7 +143,7 @@ impl Catalog {
         purge_after_ms: u64,
         dropped_by: Option<String>,
     ) -> Result<()> {
-        let cell = self.cell_of(&record.id)?;
+        let placed = self.layout.place(&record.id)?;
         let kept = DroppedTable {
             format_version: FORMAT_SOFT_DROP,
             drop_id: drop_id.to_string(),
@@ -147,7 +159,7 @@ impl Catalog {
         };
         match self
             .write(
-                &Layout::dropped_key(&cell, drop_id),
+                &Layout::dropped_key(&placed.cell, placed.rel, drop_id),
                 encode(&kept),
                 Condition::IfAbsent,
             )
@@ -158,9 +170,14 @@ impl Catalog {
         }
     }
 
-    /// Every dropped record of `cell`, with its key and ETag.
-    async fn dropped_in(&self, cell: &str) -> Result<Vec<(String, DroppedTable, String)>> {
-        let keys = self.all_keys(&Layout::dropped_prefix(cell), true).await?;
+    /// Every dropped record under `prefix` (`shallow`: only those directly in it), with its
+    /// key and ETag.
+    async fn dropped_in(
+        &self,
+        prefix: &str,
+        shallow: bool,
+    ) -> Result<Vec<(String, DroppedTable, String)>> {
+        let keys = self.all_keys(prefix, shallow).await?;
         let reads = keys.iter().map(|k| self.read::<DroppedTable>(k));
         let found = futures::future::try_join_all(reads).await?;
         Ok(keys
@@ -186,9 +203,18 @@ impl Catalog {
     /// The tables dropped in namespace `namespace` and kept for undrop, newest first.
     pub async fn list_dropped(&self, ctx: &Ctx, namespace: &[String]) -> Result<Vec<DroppedInfo>> {
         self.may_manage_dropped(ctx, namespace)?;
-        let cell = self.layout.place(namespace)?.cell;
+        let placed = self.layout.place(namespace)?;
+        let prefix = Layout::dropped_of(&placed.cell, placed.rel);
+        // Only the namespace's own tables: their drops lie two levels below its folder.
+        let keys = self.all_keys(&prefix, false).await?;
+        let own: Vec<&String> = keys
+            .iter()
+            .filter(|k| k[prefix.len()..].matches('/').count() == 1)
+            .collect();
+        let reads = own.iter().map(|k| self.read::<DroppedTable>(k));
+        let found = futures::future::try_join_all(reads).await?;
         let mut out = Vec::new();
-        for (_, d, _) in self.dropped_in(&cell).await? {
+        for d in found.into_iter().flatten().map(|(d, _)| d) {
             if d.table.id.len() != namespace.len() + 1 || !d.table.id.starts_with(namespace) {
                 continue;
             }
@@ -222,21 +248,25 @@ impl Catalog {
         if let Some(d) = drop_id {
             check_drop_id(d)?;
         }
-        let cell = self.cell_of(id)?;
+        let placed = self.layout.place(id)?;
+        let cell = placed.cell.clone();
         let mut patience = self.patience();
         loop {
             // A named drop is read where it lies; the latest drop of a name is looked for
-            // among all of the cell's (a listing: an undrop names the drop where it can).
+            // among that name's (one short listing).
             let candidates = match drop_id {
                 Some(d) => {
-                    let key = Layout::dropped_key(&cell, d);
+                    let key = Layout::dropped_key(&cell, placed.rel, d);
                     self.read::<DroppedTable>(&key)
                         .await?
                         .map(|(t, etag)| (key, t, etag))
                         .into_iter()
                         .collect()
                 }
-                None => self.dropped_in(&cell).await?,
+                None => {
+                    self.dropped_in(&Layout::dropped_of(&cell, placed.rel), true)
+                        .await?
+                }
             };
             let latest = candidates
                 .into_iter()
@@ -549,7 +579,10 @@ impl Catalog {
     pub async fn purge_expired(&self, cell: &str) -> Result<PurgeSweep> {
         let mut sweep = PurgeSweep::default();
         let now = now_ms();
-        for (key, dropped, etag) in self.dropped_in(cell).await? {
+        for (key, dropped, etag) in self
+            .dropped_in(&Layout::dropped_prefix(cell), false)
+            .await?
+        {
             let due = dropped.purge_after_ms <= now;
             let free = match &dropped.mark {
                 None => true,

@@ -460,7 +460,7 @@ impl Cell<'_> {
         let mut held = Held::default();
         // Dropped tables kept for undrop hold their folders and claims until purged.
         for key in cat
-            .all_keys(&Layout::dropped_prefix(&self.cell), true)
+            .all_keys(&Layout::dropped_prefix(&self.cell), false)
             .await?
         {
             match cat.store.get(&key).await {

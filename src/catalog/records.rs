@@ -235,7 +235,7 @@ pub enum IntentKind {
     },
 }
 
-/// A table dropped and kept for its retention period (`dropped/<drop_id>.json`, format 3):
+/// A table dropped and kept for its retention period (`dropped/<table id>/<drop_id>.json`, format 3):
 /// its record as it was, when and by whom it was dropped, and when it may be purged. Its
 /// data folder stays claimed by its uid, so no new table takes the folder.
 #[derive(Clone, Debug, Serialize, Deserialize)]

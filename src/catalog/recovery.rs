@@ -62,14 +62,40 @@ pub(crate) async fn settle_cell(catalog: &Catalog, cell: &str, force: bool) -> R
     failed.map_or(Ok(()), Err)
 }
 
-/// One pass over the whole warehouse.
+/// What the holder of a cell's housekeeping lease leaves for the next.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Housekeeping {
+    /// When the cell's housekeeping last finished.
+    #[serde(default)]
+    pub last_ran_ms: u64,
+}
+
+impl Layout {
+    /// The lease on a cell's housekeeping (`Housekeeping`).
+    pub fn housekeeping_key(cell: &str) -> String {
+        format!("{}housekeeping.json", Self::catalog_dir(cell))
+    }
+}
+
+/// One pass over the whole warehouse, housekeeping included unless another gateway holds
+/// its lease.
 pub async fn sweep(catalog: &Catalog) -> Result<()> {
-    let result = sweep_once(catalog).await;
+    sweep_spaced(catalog, std::time::Duration::ZERO).await
+}
+
+/// One pass over the whole warehouse, as each gateway runs it periodically: every cell's
+/// unfinished operations are settled by every gateway (each settles what it trips over
+/// anyway, and its own at once), but the warehouse-wide housekeeping (expired drops,
+/// idempotency keys, old transactions), whose cost grows with the warehouse rather than
+/// with what is in flight, runs on one gateway at a time under the cell's lease, and not
+/// again until `spacing` after it last ran, whichever gateway ran it.
+pub async fn sweep_spaced(catalog: &Catalog, spacing: std::time::Duration) -> Result<()> {
+    let result = sweep_once(catalog, spacing).await;
     crate::telemetry::sweep(result.is_ok());
     result
 }
 
-async fn sweep_once(catalog: &Catalog) -> Result<()> {
+async fn sweep_once(catalog: &Catalog, spacing: std::time::Duration) -> Result<()> {
     match catalog.store().remove_leftovers(catalog.grace()).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(
@@ -86,37 +112,101 @@ async fn sweep_once(catalog: &Catalog) -> Result<()> {
         vec![String::new()]
     };
     let mut failed = None;
-    let mut dropped = super::dropped::PurgeSweep::default();
+    let mut dropped = Some(super::dropped::PurgeSweep::default());
     for cell in &cells {
         note(&mut failed, cell, settle_cell(catalog, cell, false).await);
-        // Dropped tables past their retention are purged (after settling: an undrop or a
-        // purge left unfinished is settled first).
-        match catalog.purge_expired(cell).await {
-            Ok(sweep) => {
-                if sweep.purged > 0 {
-                    tracing::info!(
-                        purged = sweep.purged,
-                        "purged dropped tables past their retention"
-                    );
+        match housekeeping(catalog, cell, spacing).await {
+            Ok(Some(sweep)) => {
+                if let Some(d) = dropped.as_mut() {
+                    d.kept += sweep.kept;
+                    d.kept_bytes += sweep.kept_bytes;
                 }
-                dropped.kept += sweep.kept;
-                dropped.kept_bytes += sweep.kept_bytes;
             }
-            Err(e) => note(&mut failed, cell, Err(e)),
-        }
-        // Keys before records: a key is claimed before the record it names is written and
-        // expires `KEEP` after, so it expires before that record may be swept (`idempotency`).
-        match catalog.sweep_keys(cell).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(removed = n, "removed expired idempotency keys"),
-            Err(e) => note(&mut failed, cell, Err(e)),
-        }
-        match catalog.sweep_transactions(cell).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(removed = n, "removed the records of old transactions"),
-            Err(e) => note(&mut failed, cell, Err(e)),
+            // Another gateway keeps this cell's house: the warehouse's totals are its.
+            Ok(None) => dropped = None,
+            Err(e) => {
+                dropped = None;
+                note(&mut failed, cell, Err(e));
+            }
         }
     }
-    crate::telemetry::dropped_held(dropped.kept, dropped.kept_bytes);
+    if let Some(d) = dropped {
+        crate::telemetry::dropped_held(d.kept, d.kept_bytes);
+    }
     failed.map_or(Ok(()), Err)
+}
+
+/// The cell's housekeeping, if this gateway may run it now (`None` when another holds the
+/// lease, or it ran less than `spacing` ago). Safe to run twice at once (a lapsed holder
+/// still running beside the next): each step decides by conditional writes.
+async fn housekeeping(
+    catalog: &Catalog,
+    cell: &str,
+    spacing: std::time::Duration,
+) -> Result<Option<super::dropped::PurgeSweep>> {
+    let key = Layout::housekeeping_key(cell);
+    let due = |state: &Housekeeping| {
+        super::records::now_ms().saturating_sub(state.last_ran_ms) >= spacing.as_millis() as u64
+    };
+    // A look first: most sweeps of most gateways stop here, with one read.
+    if let Some((record, _)) = catalog.read_leased::<Housekeeping>(&key).await?
+        && (!due(&record.state) || record.holder.as_ref().is_some_and(|h| !catalog.lapsed(h)))
+    {
+        return Ok(None);
+    }
+    let mut lease = match catalog
+        .take_lease::<Housekeeping>(&key, "housekeeping")
+        .await?
+    {
+        Ok(lease) if due(&lease.record.state) => lease,
+        Ok(lease) => {
+            catalog.release_lease(lease).await?;
+            return Ok(None);
+        }
+        Err(_) => return Ok(None),
+    };
+    let mut failed = None;
+    // Dropped tables past their retention are purged (after settling: an undrop or a
+    // purge left unfinished is settled first).
+    let dropped = match catalog.purge_expired(cell).await {
+        Ok(sweep) => {
+            if sweep.purged > 0 {
+                tracing::info!(
+                    purged = sweep.purged,
+                    "purged dropped tables past their retention"
+                );
+            }
+            sweep
+        }
+        Err(e) => {
+            note(&mut failed, cell, Err(e));
+            Default::default()
+        }
+    };
+    catalog.renew_lease(&mut lease).await?;
+    // Keys before records: a key is claimed before the record it names is written and
+    // expires `KEEP` after, so it expires before that record may be swept (`idempotency`).
+    match catalog.sweep_keys(cell).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(removed = n, "removed expired idempotency keys"),
+        Err(e) => note(&mut failed, cell, Err(e)),
+    }
+    catalog.renew_lease(&mut lease).await?;
+    match catalog.sweep_transactions(cell).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(removed = n, "removed the records of old transactions"),
+        Err(e) => note(&mut failed, cell, Err(e)),
+    }
+    // The next run is spaced from this one only if this one got through.
+    let state = if failed.is_none() {
+        Housekeeping {
+            last_ran_ms: super::records::now_ms(),
+        }
+    } else {
+        lease.record.state.clone()
+    };
+    if catalog.save_lease(&mut lease, state).await? {
+        catalog.release_lease(lease).await?;
+    }
+    failed.map_or(Ok(Some(dropped)), Err)
 }
