@@ -636,7 +636,9 @@ impl BackupPlace {
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
         let key = key.trim_start_matches('/');
         if key.is_empty() || key.ends_with('/') {
-            return Err(format!("'{text}': name the backup's object, s3://bucket/key"));
+            return Err(format!(
+                "'{text}': name the backup's object, s3://bucket/key"
+            ));
         }
         crate::catalog::layout::validate_bucket(bucket).map_err(|e| e.message)?;
         // The warehouse's settings, pointed at the backup's bucket.
