@@ -214,6 +214,15 @@ fn etag_of(meta: &fs::Metadata) -> String {
     format!("\"{ino:x}-{size:x}-{s:x}.{ns:x}\"")
 }
 
+/// What a listing asks for (`Inner::walk_in_order`).
+struct Want<'a> {
+    prefix: &'a str,
+    after: Option<&'a str>,
+    shallow: bool,
+    /// How many keys it wants at most.
+    count: usize,
+}
+
 impl Inner {
     fn path(&self, key: &str) -> StoreResult<PathBuf> {
         let valid = !key.is_empty()
@@ -608,14 +617,86 @@ impl Inner {
     ) -> StoreResult<Page> {
         let (dir, folder) = self.list_folder(prefix)?;
         let mut keys = Vec::new();
-        self.walk(&dir, &folder, shallow, &mut keys)?;
-        keys.retain(|k| {
-            k.starts_with(prefix) && start_after.is_none_or(|after| k.as_str() > after)
-        });
-        keys.sort_unstable();
+        let want = Want {
+            prefix,
+            after: start_after,
+            shallow,
+            count: limit.saturating_add(1),
+        };
+        self.walk_in_order(&dir, &folder, &want, &mut keys)?;
         let more = keys.len() > limit;
         keys.truncate(limit);
         Ok(Page { keys, more })
+    }
+
+    /// Collects into `out`, in key order, the keys under `dir` (whose keys begin
+    /// `key_prefix`) that `want` asks for, and stops once it has `want.count`. A folder none
+    /// of whose keys can be wanted (all before `after`, or outside `prefix`) is not read, so
+    /// a page costs the folders on its way and the keys it holds, not the whole warehouse:
+    /// a walk over a listing page by page is linear in what it lists.
+    fn walk_in_order(
+        &self,
+        dir: &Path,
+        key_prefix: &str,
+        want: &Want,
+        out: &mut Vec<String>,
+    ) -> StoreResult<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
+                return Ok(());
+            }
+            Err(e) => return Err(io(e)),
+        };
+        // Each entry by the keys it stands for: a file by its key, a folder by its key
+        // prefix (`name/`), which sorts them as the keys under them sort ("a-b" before
+        // "a/x": '-' is below '/').
+        let mut found: Vec<(String, bool)> = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io)?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if name.starts_with(LEGACY_TMP_PREFIX) || name == LOCK_FILE {
+                continue;
+            }
+            let key = format!("{key_prefix}{name}");
+            if key == TMP_DIR {
+                continue;
+            }
+            let is_dir = entry.file_type().map_err(io)?.is_dir();
+            if is_dir {
+                if want.shallow {
+                    continue;
+                }
+                let folder = format!("{key}/");
+                // Keys under it begin with `folder`: wanted only if that agrees with the
+                // prefix, and some of them may come after `after`.
+                let in_prefix =
+                    folder.starts_with(want.prefix) || want.prefix.starts_with(folder.as_str());
+                let past = want
+                    .after
+                    .is_none_or(|a| folder.as_str() > a || a.starts_with(folder.as_str()));
+                if in_prefix && past {
+                    found.push((folder, true));
+                }
+            } else if key.starts_with(want.prefix) && want.after.is_none_or(|a| key.as_str() > a) {
+                found.push((key, false));
+            }
+        }
+        found.sort_unstable();
+        for (key, is_dir) in found {
+            if out.len() >= want.count {
+                break;
+            }
+            if is_dir {
+                let path = dir.join(key[key_prefix.len()..].trim_end_matches('/'));
+                self.walk_in_order(&path, &key, want, out)?;
+            } else {
+                out.push(key);
+            }
+        }
+        Ok(())
     }
 
     fn delete_prefix(&self, prefix: &str) -> StoreResult<u64> {
