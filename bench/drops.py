@@ -11,7 +11,7 @@ warehouse, and `admin verify` of the copy.
 
 Timings vary with the machine's load: read the figures, never test them. Usage:
   python bench/drops.py --old BIN --new BIN [--tables 2000] [--backup-tables 10000]
-                        [--s3-endpoint URL]
+                        [--s3-endpoint URL] [--ratios F]
 """
 
 import argparse
@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import metadata  # noqa: E402
+import ratios  # noqa: E402
 
 # The gateways log to a pipe nobody reads: only what matters.
 os.environ["RUST_LOG"] = "warn"
@@ -110,12 +111,17 @@ def main():
     ap.add_argument("--tables", type=int, default=2000)
     ap.add_argument("--backup-tables", type=int, default=10000)
     ap.add_argument("--s3-endpoint")
+    ap.add_argument("--ratios", help="append compared figures here (bench/guard)")
     a = ap.parse_args()
     kinds = ["local"] + (["seaweedfs"] if a.s3_endpoint else [])
     for kind in kinds:
+        got = {}
         for label, binary in (("main", a.old), ("this", a.new)):
-            rates = drop_rates(binary, warehouse_args(kind, a.s3_endpoint), a.tables, undrop=label == "this")
+            rates = got[label] = drop_rates(binary, warehouse_args(kind, a.s3_endpoint), a.tables,
+                                            undrop=label == "this")
             print(f"{kind} {label}: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()), flush=True)
+        ratios.record(a.ratios, f"drops, {kind}", "drops/s (kept for undrop here, deleted by main)",
+                      got["this"]["drops_per_s"], got["main"]["drops_per_s"], "main")
         args = warehouse_args(kind, a.s3_endpoint)
         gw = start(a.new, args)
         try:

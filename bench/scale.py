@@ -8,7 +8,7 @@ ListTables, the gateway's start-up time and peak RSS after the walks, `admin fsc
 `admin maintain --dry-run`.
 
 Timings vary with the machine's load: read the figures, never test them. Usage:
-  python bench/scale.py --old BIN --new BIN [--sizes 1000,30000]
+  python bench/scale.py --old BIN --new BIN [--sizes 1000,30000] [--ratios F]
 """
 
 import argparse
@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import metadata  # noqa: E402
+import ratios  # noqa: E402
 
 os.environ["RUST_LOG"] = "warn"
 PER_NAMESPACE = 1000
@@ -119,18 +120,23 @@ def main():
     ap.add_argument("--old", required=True)
     ap.add_argument("--new", required=True)
     ap.add_argument("--sizes", default="1000,30000")
+    ap.add_argument("--ratios", help="append compared figures here (bench/guard)")
     a = ap.parse_args()
     for n in (int(s) for s in a.sizes.split(",")):
         # Each binary gets the warehouse as filled, at the same path (locations are absolute).
         wh = fill(a.new, n)
         pristine = wh + ".filled"
         shutil.copytree(wh, pristine)
+        got = {}
         for label, binary in (("main", a.old), ("this", a.new)):
             shutil.rmtree(wh)
             shutil.copytree(pristine, wh)
-            figures = measure(binary, wh, n)
+            figures = got[label] = measure(binary, wh, n)
             print(f"{n} tables, {label}: " + ", ".join(
                 f"{k} {v:,.0f}" if v >= 100 else f"{k} {v:.2f}" for k, v in figures.items()), flush=True)
+        for metric in ("list_all_s", "fsck_s", "maintain_dry_run_s", "declares_per_s", "peak_rss_mib"):
+            ratios.record(a.ratios, f"scale, local, {n} tables", metric, got["this"][metric],
+                          got["main"][metric], "main")
         shutil.rmtree(wh, ignore_errors=True)
         shutil.rmtree(pristine, ignore_errors=True)
 
