@@ -14,6 +14,9 @@
 //!   once per table and counts it (`lance_gateway_unmanaged_commits_total`), so an operator
 //!   learns a client bypasses the ordering and the grant checks.
 //!
+//! A receipt goes when maintenance's cleanup removes its version (`forget_receipts`), or
+//! with the table's data, so a table's receipts are bounded by its kept versions.
+//!
 //! A receipt is written after its version is published and is only ever read as evidence
 //! of what was published; a version whose receipt is missing (a gateway killed between the
 //! two writes) keeps its staging manifest, which answers the retry instead.
@@ -97,6 +100,42 @@ impl Layout {
 }
 
 impl Catalog {
+    /// Removes the receipts of the table's versions (main branch) that a cleanup removed:
+    /// those below its newest kept version and not among `kept`, so a table's receipts are
+    /// bounded by its kept versions. A retry of a CreateTableVersion older than the table's
+    /// retention is no longer recognised; nothing else reads a receipt that old. Returns
+    /// how many went.
+    pub(crate) async fn forget_receipts(&self, record: &TableRecord, kept: &[u64]) -> Result<u64> {
+        let Some(&newest) = kept.iter().max() else {
+            return Ok(0);
+        };
+        let cell = self.cell_of(&record.id)?;
+        let prefix = format!(
+            "{}{}/",
+            Layout::commits_prefix(&cell, &record.data_key),
+            branch_segment(None)
+        );
+        let kept: HashSet<u64> = kept.iter().copied().collect();
+        let gone: Vec<String> = self
+            .all_keys(&prefix, true)
+            .await?
+            .into_iter()
+            .filter(|key| {
+                key[prefix.len()..]
+                    .strip_suffix(".json")
+                    .and_then(|v| v.parse::<u64>().ok()) // not the head
+                    .is_some_and(|v| v < newest && !kept.contains(&v))
+            })
+            .collect();
+        let mut removed = 0;
+        for some in gone.chunks(16) {
+            let deletes = some.iter().map(|key| self.store.delete(key, Condition::None));
+            futures::future::try_join_all(deletes).await?;
+            removed += some.len() as u64;
+        }
+        Ok(removed)
+    }
+
     fn receipt_key_of(
         &self,
         record: &TableRecord,

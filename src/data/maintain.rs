@@ -292,6 +292,12 @@ pub async fn cleanup(dataset: &Dataset, policy: &Policy, dry_run: bool) -> Resul
     operation.execute().await.map_err(lance_error)
 }
 
+/// The numbers of the versions the dataset keeps.
+pub async fn version_numbers(dataset: &Dataset) -> Result<Vec<u64>> {
+    let versions = dataset.versions().await.map_err(lance_error)?;
+    Ok(versions.iter().map(|v| v.version).collect())
+}
+
 /// Whether a version made since `since_ms` carries `transaction` in its Lance transaction
 /// properties: the run it names committed.
 pub async fn committed_by(dataset: &Dataset, transaction: &str, since_ms: u64) -> Result<bool> {

@@ -544,6 +544,11 @@ impl Maintainer {
                                     + stats.transaction_files_removed)
                                     .to_string(),
                             );
+                            // The receipts of the versions it removed go too.
+                            let kept = datasets.open(&location, &At::latest()).await?;
+                            let kept = work::version_numbers(&kept).await?;
+                            let removed = catalog.forget_receipts(&record_for_work, &kept).await?;
+                            figures.insert("receipts_removed".into(), removed.to_string());
                         }
                     }
                     let after = datasets.open(&location, &At::latest()).await?;

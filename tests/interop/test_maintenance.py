@@ -325,6 +325,53 @@ def test_old_versions_go_with_their_files_tagged_and_recent_ones_stay(wh):
         wh.stop_all()
 
 
+def test_receipts_go_with_the_versions_cleanup_removes(wh):
+    """Under managed versioning every commit leaves a receipt in the catalog; a cleanup
+    that removes versions removes their receipts, so a table appended to for ever does not
+    gather catalog objects for ever."""
+    gw = wh.start("--maintenance", "false", "--managed-versioning", "true")
+    try:
+        table_id = tid(wh, "receipts")
+        ns_client(gw).declare_table(ln.DeclareTableRequest(id=table_id, properties={
+            "maintenance.cleanup.retention": "1s", "maintenance.cleanup.keep_versions": "2",
+            "maintenance.compaction.enabled": "false"}))
+        for i in range(6):
+            append(gw, table_id, rows(i * 10, 10))
+        folder = describe(gw, table_id)["location"].rstrip("/").rsplit("/", 1)[-1]
+        before = receipts(wh, folder)
+        assert set(range(2, 7)) <= before, before
+        time.sleep(2)
+        code, out = wh.admin("maintain", "$".join(table_id), "--task", "cleanup", "--json")
+        assert code == 0, out
+        run = json.loads(out)["tables"][0]["runs"][0]
+        assert run["outcome"] == "succeeded", run
+        kept = {v["version"] for v in open_table(gw, table_id).versions()}
+        assert kept == {5, 6}, kept
+        assert receipts(wh, folder) == kept
+        assert int(run["figures"]["receipts_removed"]) == len(before - kept), run
+        assert open_table(gw, table_id).count_rows() == 60
+        append(gw, table_id, rows(60, 10))  # the log goes on from its head
+        assert receipts(wh, folder) == kept | {7}
+    finally:
+        wh.stop_all()
+
+
+def receipts(wh: Warehouse, folder: str) -> set[int]:
+    """The versions whose receipts the catalog holds for the table in data folder `folder`
+    (main branch)."""
+    if wh.kind == "local":
+        keys = [os.path.relpath(os.path.join(d, f), wh.root)
+                for d, _, files in os.walk(os.path.join(wh.root, ".lance-gateway", "commits")) for f in files]
+    else:
+        s3 = boto3.client("s3", endpoint_url=wh.storage["aws_endpoint"], region_name="us-east-1",
+                          aws_access_key_id=seaweedfs.ADMIN_KEY, aws_secret_access_key=seaweedfs.ADMIN_SECRET)
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=wh.base[0], Prefix=".lance-gateway/commits/")
+        keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+    segment = folder.replace(".", "%2E")  # as the catalog's keys write a name
+    return {int(k.rsplit("/", 1)[1][:-5]) for k in keys
+            if f"/{segment}/main/" in k and k.rsplit("/", 1)[1][:-5].isdigit()}
+
+
 def exists(wh: Warehouse, location: str, rel: str) -> bool:
     if location.startswith("s3://"):
         parsed = urllib.parse.urlparse(location)
