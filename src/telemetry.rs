@@ -14,6 +14,8 @@
 //! | `lance_gateway_store_operations_total` | op, outcome | store calls: `ok`, `conflict` (a conditional write or delete refused: contention), `error` |
 //! | `lance_gateway_store_operation_duration_seconds` | op | histogram |
 //! | `lance_gateway_recovery_sweeps_total` | outcome | sweeps over the warehouse: `ok`, `error` |
+//! | `lance_gateway_maintenance_swept_tables_total` | | tables a maintenance sweep of this gateway queued (one gateway sweeps each cell per interval) |
+//! | `lance_gateway_maintenance_looks_total` | kind | looks at a table: `quiet` (unchanged since the last look: one store request), `full` (the dataset opened and measured) |
 //! | `lance_gateway_recovery_entries_total` | outcome | unfinished operations found by sweeps: `settled`, `failed` |
 //! | `lance_gateway_authentications_total` | scheme, decision | `allow` / `deny` per scheme (`api-key`, `jwt`, `certificate`, `anonymous`, `none`) |
 //! | `lance_gateway_authorization_denials_total` | needed | requests refused by the grants, by the access they lacked |
@@ -47,6 +49,8 @@ pub const IN_FLIGHT: &str = "lance_gateway_requests_in_flight";
 pub const STORE_OPS: &str = "lance_gateway_store_operations_total";
 pub const STORE_SECONDS: &str = "lance_gateway_store_operation_duration_seconds";
 pub const SWEEPS: &str = "lance_gateway_recovery_sweeps_total";
+pub const SWEPT_TABLES: &str = "lance_gateway_maintenance_swept_tables_total";
+pub const MAINTENANCE_LOOKS: &str = "lance_gateway_maintenance_looks_total";
 pub const SETTLED: &str = "lance_gateway_recovery_entries_total";
 pub const AUTHENTICATIONS: &str = "lance_gateway_authentications_total";
 pub const DENIALS: &str = "lance_gateway_authorization_denials_total";
@@ -100,6 +104,14 @@ pub fn install() -> Result<PrometheusHandle, String> {
         "Time a store operation took."
     );
     describe_counter!(SWEEPS, "Recovery sweeps over the warehouse, by outcome.");
+    describe_counter!(
+        SWEPT_TABLES,
+        "Tables queued by this gateway's maintenance sweeps."
+    );
+    describe_counter!(
+        MAINTENANCE_LOOKS,
+        "Looks at a table by maintenance: quiet (found unchanged with one store request) or full."
+    );
     describe_counter!(
         SETTLED,
         "Unfinished operations of crashed or stalled gateways that sweeps settled or failed to settle."
@@ -481,6 +493,14 @@ pub fn dropped_held(tables: usize, bytes: u64) {
 
 pub fn sweep(ok: bool) {
     counter!(SWEEPS, "outcome" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+pub fn maintenance_swept(tables: usize) {
+    counter!(SWEPT_TABLES).increment(tables as u64);
+}
+
+pub fn maintenance_look(quiet: bool) {
+    counter!(MAINTENANCE_LOOKS, "kind" => if quiet { "quiet" } else { "full" }).increment(1);
 }
 
 pub fn settled(ok: bool) {

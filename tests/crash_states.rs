@@ -1877,7 +1877,7 @@ async fn housekeeping_runs_on_one_gateway_at_a_time(w: World) {
     recovery::sweep(&k).await.unwrap();
     let key = Layout::housekeeping_key(&w.cell());
     let (ran, _) = k
-        .read_leased::<recovery::Housekeeping>(&key)
+        .read_leased::<lance_gateway::catalog::leases::Spaced>(&key)
         .await
         .unwrap()
         .expect("the housekeeping lease is written");
@@ -1900,7 +1900,7 @@ async fn housekeeping_runs_on_one_gateway_at_a_time(w: World) {
     assert!(w.exists(&data).await, "not run again within its spacing");
     // Held by a live gateway: left, even unspaced.
     let held = other
-        .take_lease::<recovery::Housekeeping>(&key, "test")
+        .take_lease::<lance_gateway::catalog::leases::Spaced>(&key, "test")
         .await
         .unwrap()
         .expect("the lease is free");

@@ -257,6 +257,26 @@ async fn conformance(store: DynStore) {
     }
     assert_eq!(seen.len(), 5);
 
+    // a listing with ETags gives each key the ETag a read gives, and a new one once the
+    // object is replaced
+    let page = store.list_with_etags("l/", None, 10, false).await.unwrap();
+    assert_eq!(page.keys.len(), 5);
+    assert_eq!(page.etags.len(), 5);
+    for (key, etag) in page.keys.iter().zip(&page.etags) {
+        assert_eq!(&store.get(key).await.unwrap().unwrap().etag, etag, "{key}");
+    }
+    store
+        .put("l/a.json", b("replaced, longer"), Condition::None)
+        .await
+        .unwrap();
+    let again = store.list_with_etags("l/", None, 1, true).await.unwrap();
+    assert_eq!(again.keys, vec!["l/a.json"]);
+    assert_ne!(again.etags[0], page.etags[0]);
+    assert_eq!(
+        again.etags[0],
+        store.get("l/a.json").await.unwrap().unwrap().etag
+    );
+
     // delete_prefix removes everything below, nothing beside
     let n = store.delete_prefix("l/").await.unwrap();
     assert_eq!(n, 5);

@@ -129,7 +129,9 @@ impl Catalog {
             .collect();
         let mut removed = 0;
         for some in gone.chunks(16) {
-            let deletes = some.iter().map(|key| self.store.delete(key, Condition::None));
+            let deletes = some
+                .iter()
+                .map(|key| self.store.delete(key, Condition::None));
             futures::future::try_join_all(deletes).await?;
             removed += some.len() as u64;
         }

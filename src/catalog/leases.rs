@@ -58,6 +58,19 @@ impl<T> Lease<T> {
     }
 }
 
+/// The state of a lease on work done once per period whichever gateway does it (the
+/// warehouse-wide housekeeping, the maintenance sweep): when it last got through.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Spaced {
+    #[serde(default)]
+    pub last_ran_ms: u64,
+    /// The gateway that ran it last: it runs it again after `spacing`, any other gateway
+    /// only after half as long again (the work stays where its memory is: the maintenance
+    /// sweep's record of what each table looked like).
+    #[serde(default)]
+    pub last_node: String,
+}
+
 /// Why a lease could not be taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Taken {
@@ -193,6 +206,58 @@ impl Catalog {
             Err(StoreError::PreconditionFailed) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Takes the lease at `key` on periodic `work` if this gateway may run it now: nobody
+    /// holds it live and it last got through at least `spacing` ago, whichever gateway ran
+    /// it. `None` otherwise, after one read in the usual case.
+    pub async fn take_spaced(
+        &self,
+        key: &str,
+        work: &str,
+        spacing: std::time::Duration,
+    ) -> Result<Option<Lease<Spaced>>> {
+        let due = |state: &Spaced| {
+            let wait = if state.last_node.is_empty() || state.last_node == self.node {
+                spacing
+            } else {
+                spacing.mul_f64(1.5)
+            };
+            now_ms().saturating_sub(state.last_ran_ms) >= wait.as_millis() as u64
+        };
+        if let Some((record, _)) = self.read_leased::<Spaced>(key).await?
+            && (!due(&record.state) || record.holder.as_ref().is_some_and(|h| !self.lapsed(h)))
+        {
+            return Ok(None);
+        }
+        match self.take_lease::<Spaced>(key, work).await? {
+            Ok(lease) if due(&lease.record.state) => Ok(Some(lease)),
+            // Run by another between the look and the take.
+            Ok(lease) => {
+                self.release_lease(lease).await?;
+                Ok(None)
+            }
+            Err(Taken::By(_)) => Ok(None),
+        }
+    }
+
+    /// Gives back a lease from `take_spaced`; `done`: the work got through, so the next run
+    /// is spaced from now (else the next sweep of any gateway tries again).
+    pub async fn give_back_spaced(&self, mut lease: Lease<Spaced>, done: bool) -> Result<()> {
+        if done
+            && !self
+                .save_lease(
+                    &mut lease,
+                    Spaced {
+                        last_ran_ms: now_ms(),
+                        last_node: self.node.clone(),
+                    },
+                )
+                .await?
+        {
+            return Ok(());
+        }
+        self.release_lease(lease).await
     }
 
     /// Removes a leasable record (its object went away): only while nobody holds it live.

@@ -90,6 +90,11 @@ impl Layout {
     pub fn maintenance_key(cell: &str, table_uid: &str) -> String {
         format!("{}{table_uid}.json", Self::maintenance_prefix(cell))
     }
+
+    /// The lease on a cell's maintenance sweep (`leases::Spaced`).
+    pub fn maintenance_sweep_key(cell: &str) -> String {
+        format!("{}maintenance-sweep.json", Self::catalog_dir(cell))
+    }
 }
 
 impl Catalog {
@@ -140,30 +145,73 @@ impl Catalog {
 
     /// The ids of every table in the warehouse (published records only), for sweeps.
     pub async fn all_table_ids(&self) -> Result<Vec<Vec<String>>> {
-        let cells: Vec<(String, Vec<String>)> = if self.layout.endpoint_mode() {
-            self.list_catalog_buckets(&crate::access::Ctx::internal(), None, None)
-                .await?
-                .items
-                .into_iter()
-                .map(|b| (format!("{b}/"), vec![b]))
-                .collect()
-        } else {
-            vec![(String::new(), Vec::new())]
-        };
         let mut ids = Vec::new();
-        for (cell, base) in cells {
-            for key in self
-                .all_keys(&Layout::all_tables_prefix(&cell), false)
-                .await?
-            {
-                if let Some(rel) = Layout::table_rel_of(&cell, &key) {
-                    let mut id = base.clone();
-                    id.extend(rel);
-                    ids.push(id);
-                }
+        for cell in self.cells().await? {
+            ids.extend(self.table_ids_in(&cell).await?);
+        }
+        Ok(ids)
+    }
+
+    /// The ids of the tables of one cell (published records only).
+    pub async fn table_ids_in(&self, cell: &str) -> Result<Vec<Vec<String>>> {
+        let base: Vec<String> = cell
+            .strip_suffix('/')
+            .map(|b| vec![b.to_string()])
+            .unwrap_or_default();
+        let mut ids = Vec::new();
+        for key in self
+            .all_keys(&Layout::all_tables_prefix(cell), false)
+            .await?
+        {
+            if let Some(rel) = Layout::table_rel_of(cell, &key) {
+                let mut id = base.clone();
+                id.extend(rel);
+                ids.push(id);
             }
         }
         Ok(ids)
+    }
+
+    /// The tables of one cell as a sweep sees them, each with a fingerprint of everything
+    /// its maintenance depends on in the catalog: its record's ETag and those of the
+    /// namespaces above it (their properties make its policy). Two listings, however many
+    /// tables: a fingerprint unchanged since a look means nothing in the catalog changed
+    /// the table's record or policy meanwhile.
+    pub async fn swept_tables_in(&self, cell: &str) -> Result<Vec<(Vec<String>, u64)>> {
+        use std::hash::{Hash, Hasher};
+        let base: Vec<String> = cell
+            .strip_suffix('/')
+            .map(|b| vec![b.to_string()])
+            .unwrap_or_default();
+        let namespaces: std::collections::HashMap<String, String> = self
+            .all_keys_with_etags(&format!("{}ns/", Layout::catalog_dir(cell)))
+            .await?
+            .into_iter()
+            .collect();
+        let mut out = Vec::new();
+        for (key, etag) in self
+            .all_keys_with_etags(&Layout::all_tables_prefix(cell))
+            .await?
+        {
+            let Some(rel) = Layout::table_rel_of(cell, &key) else {
+                continue;
+            };
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            etag.hash(&mut hasher);
+            for n in 1..rel.len() {
+                let placed = super::layout::Placed {
+                    cell: cell.to_string(),
+                    rel: &rel[..n],
+                };
+                namespaces
+                    .get(&Layout::namespace_key(&placed))
+                    .hash(&mut hasher);
+            }
+            let mut id = base.clone();
+            id.extend(rel);
+            out.push((id, hasher.finish()));
+        }
+        Ok(out)
     }
 
     /// Removes a table's maintenance record (the table is gone).

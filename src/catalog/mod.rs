@@ -361,6 +361,23 @@ impl Catalog {
         }
     }
 
+    /// Every key under `prefix` with its ETag, page by page.
+    pub(crate) async fn all_keys_with_etags(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list_with_etags(prefix, after.as_deref(), PAGE, false)
+                .await?;
+            after = page.keys.last().cloned();
+            out.extend(page.keys.into_iter().zip(page.etags));
+            if !page.more || after.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
     pub fn layout(&self) -> &Layout {
         &self.layout
     }

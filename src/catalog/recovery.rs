@@ -62,16 +62,8 @@ pub(crate) async fn settle_cell(catalog: &Catalog, cell: &str, force: bool) -> R
     failed.map_or(Ok(()), Err)
 }
 
-/// What the holder of a cell's housekeeping lease leaves for the next.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct Housekeeping {
-    /// When the cell's housekeeping last finished.
-    #[serde(default)]
-    pub last_ran_ms: u64,
-}
-
 impl Layout {
-    /// The lease on a cell's housekeeping (`Housekeeping`).
+    /// The lease on a cell's housekeeping (`leases::Spaced`).
     pub fn housekeeping_key(cell: &str) -> String {
         format!("{}housekeeping.json", Self::catalog_dir(cell))
     }
@@ -104,13 +96,7 @@ async fn sweep_once(catalog: &Catalog, spacing: std::time::Duration) -> Result<(
         ),
         Err(e) => tracing::warn!(error = %e, "could not remove temporary files"),
     }
-    let cells = if catalog.layout().endpoint_mode() {
-        let all = crate::access::Ctx::internal();
-        let buckets = catalog.list_catalog_buckets(&all, None, None).await?.items;
-        buckets.into_iter().map(|b| format!("{b}/")).collect()
-    } else {
-        vec![String::new()]
-    };
+    let cells = catalog.cells().await?;
     let mut failed = None;
     let mut dropped = Some(super::dropped::PurgeSweep::default());
     for cell in &cells {
@@ -145,25 +131,8 @@ async fn housekeeping(
     spacing: std::time::Duration,
 ) -> Result<Option<super::dropped::PurgeSweep>> {
     let key = Layout::housekeeping_key(cell);
-    let due = |state: &Housekeeping| {
-        super::records::now_ms().saturating_sub(state.last_ran_ms) >= spacing.as_millis() as u64
-    };
-    // A look first: most sweeps of most gateways stop here, with one read.
-    if let Some((record, _)) = catalog.read_leased::<Housekeeping>(&key).await?
-        && (!due(&record.state) || record.holder.as_ref().is_some_and(|h| !catalog.lapsed(h)))
-    {
+    let Some(mut lease) = catalog.take_spaced(&key, "housekeeping", spacing).await? else {
         return Ok(None);
-    }
-    let mut lease = match catalog
-        .take_lease::<Housekeeping>(&key, "housekeeping")
-        .await?
-    {
-        Ok(lease) if due(&lease.record.state) => lease,
-        Ok(lease) => {
-            catalog.release_lease(lease).await?;
-            return Ok(None);
-        }
-        Err(_) => return Ok(None),
     };
     let mut failed = None;
     // Dropped tables past their retention are purged (after settling: an undrop or a
@@ -198,15 +167,6 @@ async fn housekeeping(
         Err(e) => note(&mut failed, cell, Err(e)),
     }
     // The next run is spaced from this one only if this one got through.
-    let state = if failed.is_none() {
-        Housekeeping {
-            last_ran_ms: super::records::now_ms(),
-        }
-    } else {
-        lease.record.state.clone()
-    };
-    if catalog.save_lease(&mut lease, state).await? {
-        catalog.release_lease(lease).await?;
-    }
+    catalog.give_back_spaced(lease, failed.is_none()).await?;
     failed.map_or(Ok(Some(dropped)), Err)
 }

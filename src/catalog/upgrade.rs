@@ -102,7 +102,7 @@ impl Catalog {
     }
 
     /// The cells of the warehouse: the one cell, or every bucket's in endpoint mode.
-    pub(crate) async fn cells(&self) -> Result<Vec<String>> {
+    pub async fn cells(&self) -> Result<Vec<String>> {
         if self.layout.endpoint_mode() {
             let all = crate::access::Ctx::internal();
             let buckets = self.list_catalog_buckets(&all, None, None).await?.items;

@@ -53,6 +53,10 @@ pub struct Assessment {
     /// Versions on the main branch, and how old the oldest is.
     pub versions: u64,
     pub oldest_version_age: Option<Duration>,
+    /// The key of the manifest the next version will have, below the table's folder
+    /// (`_versions/…`, in the dataset's naming scheme): while it is absent, the table has
+    /// not committed since.
+    pub next_manifest: String,
 }
 
 impl Assessment {
@@ -103,6 +107,21 @@ impl Assessment {
     }
 }
 
+/// The manifest key of the version after `version`, in the naming scheme of `current` (the
+/// file name of its manifest): `_versions/<n>.manifest` (V1), or with the number inverted
+/// and zero-padded to twenty digits (V2), so the newest lists first.
+pub fn next_manifest(current: &str, version: u64) -> String {
+    let next = version + 1;
+    let v2 = current
+        .split_once('.')
+        .is_some_and(|(n, _)| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()));
+    if v2 {
+        format!("_versions/{:020}.manifest", u64::MAX - next)
+    } else {
+        format!("_versions/{next}.manifest")
+    }
+}
+
 fn compaction_options(policy: &Policy, transaction: Option<&str>) -> CompactionOptions {
     let c = &policy.compaction;
     CompactionOptions {
@@ -125,8 +144,17 @@ fn tagged(transaction: &str) -> Arc<HashMap<String, String>> {
 /// Measures `dataset` (at its current version) against `policy`.
 pub async fn assess(dataset: &Dataset, policy: &Policy) -> Result<Assessment> {
     let target = policy.compaction.target_rows_per_fragment;
+    let version = dataset.version().version;
     let mut a = Assessment {
-        version: dataset.version().version,
+        version,
+        next_manifest: next_manifest(
+            dataset
+                .manifest_location()
+                .path
+                .filename()
+                .unwrap_or_default(),
+            version,
+        ),
         ..Default::default()
     };
     for fragment in dataset.get_fragments() {
@@ -323,4 +351,21 @@ pub async fn committed_by(dataset: &Dataset, transaction: &str, since_ms: u64) -
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_manifest;
+
+    #[test]
+    fn the_next_manifest_keeps_the_naming_scheme() {
+        assert_eq!(next_manifest("7.manifest", 7), "_versions/8.manifest");
+        let v2 = format!("{:020}.manifest", u64::MAX - 7);
+        assert_eq!(
+            next_manifest(&v2, 7),
+            format!("_versions/{:020}.manifest", u64::MAX - 8)
+        );
+        // V2 names sort newest first: the next one before the current.
+        assert!(next_manifest(&v2, 7) < format!("_versions/{v2}"));
+    }
 }

@@ -8,6 +8,14 @@
 //!   once); a slow sweep (`--maintenance-sweep-secs`) queues every table, for those that
 //!   clients write behind the gateway. A look opens the latest version and measures it
 //!   (`data::maintain::assess`); a table that is not due costs that and nothing more.
+//! - **One sweep for all gateways, and unchanged tables for one request.** Each cell's
+//!   sweep runs under a spaced lease (`maintenance-sweep.json`) that stays with the gateway
+//!   that last ran it, so a table is swept once per interval however many gateways there
+//!   are, and by the gateway that remembers it. The sweep lists the table records and the
+//!   namespace records with their ETags (two listings, paged); a table whose fingerprint
+//!   is unchanged since a look that found nothing due gets a quiet look: one listing of
+//!   the manifest its next version would have (`Quiet`). Only when that exists, or the
+//!   fingerprint changed, or old versions come of age for cleanup, is the dataset opened.
 //! - **One gateway per table.** A due table is maintained under its lease
 //!   (`catalog::maintenance`, `catalog::leases`), taken with a conditional write and renewed
 //!   while the work runs. Under the lease the table is measured again at its latest
@@ -31,6 +39,7 @@ use crate::access::Ctx;
 use crate::audit::{Audit, Event};
 use crate::catalog::Catalog;
 use crate::catalog::fsck::Finding;
+use crate::catalog::layout::Layout;
 use crate::catalog::leases::{Lease, Taken};
 use crate::catalog::maintenance::{LastRun, Task, Upkeep};
 use crate::catalog::policy::Policy;
@@ -73,6 +82,24 @@ const CLEANUP_EVERY: Duration = Duration::from_secs(3600);
 /// Most tables waiting for a look; more commits than this between looks are left to the
 /// sweep.
 const QUEUED_AT_MOST: usize = 100_000;
+
+/// A table waiting for a look.
+struct Queued {
+    id: Vec<String>,
+    at: Instant,
+    /// From a sweep: the fingerprint of the table's record and namespaces.
+    listed: Option<u64>,
+}
+
+/// A table found with nothing due, and how to tell cheaply that it still has nothing due:
+/// its catalog fingerprint is the same, `probe` lists nothing (the manifest of its next
+/// version, or any manifest while it has none; no probe: maintenance is off for it), and
+/// `until` has not come (when old versions come of age for cleanup).
+struct Quiet {
+    listed: u64,
+    probe: Option<String>,
+    until_ms: u64,
+}
 
 /// What to do for one table.
 #[derive(Clone, Debug, Default)]
@@ -129,8 +156,12 @@ pub struct Maintainer {
     datasets: Arc<LanceDatasets>,
     audit: Arc<Audit>,
     settings: Settings,
-    /// Tables to look at, by uid: the id, and when.
-    queue: Mutex<HashMap<String, (Vec<String>, Instant)>>,
+    /// Tables to look at, by uid (or id, from a sweep): the id, when, and the sweep's
+    /// fingerprint of its catalog state (`Catalog::swept_tables_in`).
+    queue: Mutex<HashMap<String, Queued>>,
+    /// What the last full look found at each table a sweep brought, for the next sweep's
+    /// quiet look; by the sweep's key.
+    quiet: Mutex<HashMap<String, Quiet>>,
     /// Tables this gateway is maintaining now (their own commits queue nothing).
     busy: Mutex<std::collections::HashSet<String>>,
     /// What each table was last found due for and not yet given (the metrics' gauge).
@@ -153,6 +184,7 @@ impl Maintainer {
             audit,
             settings,
             queue: Mutex::new(HashMap::new()),
+            quiet: Mutex::new(HashMap::new()),
             busy: Mutex::new(Default::default()),
             due_now: Mutex::new(HashMap::new()),
             wake: tokio::sync::Notify::new(),
@@ -183,19 +215,29 @@ impl Maintainer {
         if lock(&self.busy).contains(&record.uid) {
             return;
         }
-        self.enqueue(record.uid.clone(), record.id.clone(), self.settings.delay);
+        self.enqueue(
+            record.uid.clone(),
+            record.id.clone(),
+            self.settings.delay,
+            None,
+        );
     }
 
-    fn enqueue(&self, uid: String, id: Vec<String>, after: Duration) {
+    fn enqueue(&self, uid: String, id: Vec<String>, after: Duration, listed: Option<u64>) {
         let at = Instant::now() + after;
         {
             let mut queue = lock(&self.queue);
             if queue.len() >= QUEUED_AT_MOST && !queue.contains_key(&uid) {
                 return;
             }
-            let entry = queue.entry(uid).or_insert((id.clone(), at));
-            entry.0 = id;
-            entry.1 = entry.1.min(at);
+            let entry = queue.entry(uid).or_insert(Queued {
+                id: id.clone(),
+                at,
+                listed,
+            });
+            entry.id = id;
+            entry.at = entry.at.min(at);
+            entry.listed = entry.listed.and(listed);
         }
         self.wake.notify_one();
     }
@@ -205,7 +247,7 @@ impl Maintainer {
         loop {
             let next = {
                 let queue = lock(&self.queue);
-                queue.values().map(|(_, at)| *at).min()
+                queue.values().map(|q| q.at).min()
             };
             match next {
                 None => self.wake.notified().await,
@@ -224,17 +266,20 @@ impl Maintainer {
                         let now = Instant::now();
                         let uid = queue
                             .iter()
-                            .filter(|(_, (_, at))| *at <= now)
-                            .min_by_key(|(_, (_, at))| *at)
+                            .filter(|(_, q)| q.at <= now)
+                            .min_by_key(|(_, q)| q.at)
                             .map(|(uid, _)| uid.clone());
-                        uid.and_then(|uid| queue.remove(&uid))
+                        uid.and_then(|uid| queue.remove(&uid).map(|q| (uid, q)))
                     };
-                    let Some((id, _)) = due else { continue };
+                    let Some((key, Queued { id, listed, .. })) = due else {
+                        continue;
+                    };
                     let me = self.clone();
                     tokio::spawn(async move {
                         let _permit = permit;
-                        match me.maintain(&id, &How::default()).await {
-                            Ok(report) => log_report(&report),
+                        match me.look(&key, &id, listed).await {
+                            Ok(Some(report)) => log_report(&report),
+                            Ok(None) => {}
                             Err(e) if e.code == Code::TableNotFound => {}
                             Err(e) => {
                                 tracing::warn!(table = ?id, error = %e, "could not maintain a table")
@@ -247,36 +292,129 @@ impl Maintainer {
     }
 
     /// Queues every table, every `sweep_interval` (the first sweep a minute after start,
-    /// or sooner with a shorter interval).
+    /// or sooner with a shorter interval), on one gateway at a time: each cell's sweep is
+    /// taken under its lease (`maintenance-sweep.json`) and not again within nine tenths of
+    /// the interval by any gateway, so however many gateways serve the warehouse, each
+    /// table is looked at once per sweep, not once per gateway. (A commit still brings its
+    /// table round on the gateway that served it.)
     async fn sweep_forever(self: Arc<Self>) {
         let first = self.settings.sweep_interval.min(Duration::from_secs(60));
         tokio::time::sleep(first).await;
+        let spacing = self.settings.sweep_interval.mul_f64(0.9);
         loop {
-            match self.catalog.all_table_ids().await {
-                Ok(ids) => {
-                    let n = ids.len();
-                    for id in ids {
-                        // Keyed by id until the look reads the uid: a table committed to
-                        // meanwhile is looked at twice at most.
-                        let key = format!("id:{}", crate::catalog::names::join(&id, "\u{0}"));
-                        self.enqueue(key, id, Duration::ZERO);
-                    }
-                    tracing::debug!(tables = n, "maintenance sweep queued every table");
+            let cells = self.catalog.cells().await;
+            if let Err(e) = &cells {
+                tracing::warn!(error = %e, "maintenance sweep could not list the buckets");
+            }
+            for cell in cells.unwrap_or_default() {
+                if let Err(e) = self.sweep_cell(&cell, spacing).await {
+                    tracing::warn!(error = %e, "maintenance sweep could not list the tables");
                 }
-                Err(e) => tracing::warn!(error = %e, "maintenance sweep could not list the tables"),
             }
             tokio::time::sleep(self.settings.sweep_interval).await;
         }
     }
 
+    /// Queues every table of `cell`, if this gateway holds the cell's sweep now.
+    async fn sweep_cell(&self, cell: &str, spacing: Duration) -> Result<()> {
+        let key = Layout::maintenance_sweep_key(cell);
+        let Some(lease) = self
+            .catalog
+            .take_spaced(&key, "maintenance sweep", spacing)
+            .await?
+        else {
+            return Ok(());
+        };
+        let ids = self.catalog.swept_tables_in(cell).await;
+        let queued = ids.is_ok();
+        if let Ok(ids) = ids.as_ref() {
+            let keys: std::collections::HashSet<String> =
+                ids.iter().map(|(id, _)| swept_key(id)).collect();
+            // Tables gone since the last sweep take their memory with them.
+            lock(&self.quiet)
+                .retain(|k, _| !k.starts_with(&swept_key_prefix(cell)) || keys.contains(k));
+            for (id, listed) in ids {
+                // Keyed by id until the look reads the uid: a table committed to
+                // meanwhile is looked at twice at most.
+                self.enqueue(swept_key(id), id.clone(), Duration::ZERO, Some(*listed));
+            }
+            crate::telemetry::maintenance_swept(ids.len());
+            tracing::debug!(tables = ids.len(), "maintenance sweep queued every table");
+        }
+        self.catalog.give_back_spaced(lease, queued).await?;
+        ids.map(|_| ())
+    }
+
+    /// Looks at table `id` for the scheduler: first quietly, when a sweep brought it and the
+    /// last look found nothing due (one store request, `None` when still so), else in full.
+    async fn look(
+        &self,
+        key: &str,
+        id: &[String],
+        listed: Option<u64>,
+    ) -> Result<Option<TableReport>> {
+        let memo = lock(&self.quiet).remove(key);
+        if let (Some(listed), Some(memo)) = (listed, memo)
+            && memo.listed == listed
+            && now_ms() < memo.until_ms
+        {
+            let unchanged = match &memo.probe {
+                None => true,
+                Some(probe) => {
+                    let page = self.catalog.store().list(probe, None, 1, false).await;
+                    page.is_ok_and(|p| p.keys.is_empty())
+                }
+            };
+            if unchanged {
+                crate::telemetry::maintenance_look(true);
+                lock(&self.quiet).insert(key.to_string(), memo);
+                return Ok(None);
+            }
+        }
+        let remember = listed.map(|listed| (key, listed));
+        self.maintain_remembering(id, &How::default(), remember)
+            .await
+            .map(Some)
+    }
+
     /// Looks at table `id` and runs what is due (or says what would run).
     pub async fn maintain(&self, id: &[String], how: &How) -> Result<TableReport> {
+        self.maintain_remembering(id, how, None).await
+    }
+
+    /// Notes that table `key` (as a sweep keys it) had nothing due when the sweep's
+    /// fingerprint was `listed`, and what will show a change.
+    fn remember_quiet(&self, remember: Option<(&str, u64)>, probe: Option<String>, until_ms: u64) {
+        let Some((key, listed)) = remember else {
+            return;
+        };
+        let mut quiet = lock(&self.quiet);
+        if quiet.len() < QUEUED_AT_MOST || quiet.contains_key(key) {
+            quiet.insert(
+                key.to_string(),
+                Quiet {
+                    listed,
+                    probe,
+                    until_ms,
+                },
+            );
+        }
+    }
+
+    async fn maintain_remembering(
+        &self,
+        id: &[String],
+        how: &How,
+        remember: Option<(&str, u64)>,
+    ) -> Result<TableReport> {
+        crate::telemetry::maintenance_look(false);
         let record = self.catalog.describe_table(&Ctx::internal(), id).await?;
         let policy = match self.catalog.table_policy(&record).await {
             Ok(policy) => policy,
             Err(e) => return Ok(TableReport::skipped(id, e.message)),
         };
         if !policy.any() {
+            self.remember_quiet(remember, None, u64::MAX);
             return Ok(TableReport::skipped(
                 id,
                 "maintenance is off for this table",
@@ -284,6 +422,8 @@ impl Maintainer {
         }
         let policy = limit_to(policy, &how.tasks);
         let Some(assessment) = self.assess(&record, &policy).await? else {
+            let probe = format!("{}/_versions/", record.data_key);
+            self.remember_quiet(remember, Some(probe), u64::MAX);
             return Ok(TableReport::skipped(id, "the table holds no data yet"));
         };
         let upkeep = self.catalog.upkeep(&record).await?.map(|r| r.state);
@@ -297,6 +437,11 @@ impl Maintainer {
         };
         if due.is_empty() {
             self.remember_due(&record.uid, Vec::new());
+            if !how.dry_run {
+                let probe = format!("{}/{}", record.data_key, assessment.next_manifest);
+                let until = quiet_until(&assessment, &policy);
+                self.remember_quiet(remember, Some(probe), until);
+            }
             return Ok(report);
         }
         if how.dry_run {
@@ -717,6 +862,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn number(figures: &Figures, name: &str) -> u64 {
     figures.get(name).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The sweep's key of a table (by id, until a look reads its uid).
+fn swept_key(id: &[String]) -> String {
+    format!("id:{}", crate::catalog::names::join(id, "\u{0}"))
+}
+
+/// The start of the sweep keys of a cell's tables.
+fn swept_key_prefix(cell: &str) -> String {
+    match cell.strip_suffix('/') {
+        Some(bucket) => format!("id:{bucket}\u{0}"),
+        None => "id:".to_string(),
+    }
+}
+
+/// Until when a table found not due stays so unless it commits: for ever, unless cleanup
+/// keeps versions that come of age (then when the oldest does, or within `CLEANUP_EVERY`).
+fn quiet_until(a: &Assessment, policy: &Policy) -> u64 {
+    let c = &policy.cleanup;
+    if !c.enabled || a.versions <= c.keep_versions {
+        return u64::MAX;
+    }
+    let left = match a.oldest_version_age {
+        Some(age) => c.retention.saturating_sub(age),
+        None => Duration::ZERO,
+    };
+    now_ms().saturating_add(left.min(CLEANUP_EVERY).as_millis() as u64)
 }
 
 /// The policy with every task not in `tasks` turned off (`tasks` empty: all kept).

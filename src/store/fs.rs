@@ -626,7 +626,11 @@ impl Inner {
         self.walk_in_order(&dir, &folder, &want, &mut keys)?;
         let more = keys.len() > limit;
         keys.truncate(limit);
-        Ok(Page { keys, more })
+        Ok(Page {
+            keys,
+            more,
+            etags: Vec::new(),
+        })
     }
 
     /// Collects into `out`, in key order, the keys under `dir` (whose keys begin
@@ -768,6 +772,35 @@ impl Store for FsStore {
         let start_after = start_after.map(str::to_string);
         self.blocking(move |inner| inner.list(&prefix, start_after.as_deref(), limit, shallow))
             .await
+    }
+
+    async fn list_with_etags(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        shallow: bool,
+    ) -> StoreResult<Page> {
+        let mut page = self.list(prefix, start_after, limit, shallow).await?;
+        let keys = page.keys.clone();
+        // A key removed since the walk lists with an ETag no object has: harmless to the
+        // callers, which compare ETags to find what changed.
+        page.etags = self
+            .blocking(move |inner| {
+                Ok(keys
+                    .iter()
+                    .map(|k| {
+                        inner
+                            .path(k)
+                            .ok()
+                            .and_then(|p| fs::metadata(p).ok())
+                            .map(|m| etag_of(&m))
+                            .unwrap_or_default()
+                    })
+                    .collect())
+            })
+            .await?;
+        Ok(page)
     }
 
     async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64> {

@@ -84,7 +84,7 @@ impl Store for MemoryStore {
             _ => Bound::Included(prefix.to_string()),
         };
         let mut page = Page::default();
-        for key in objects.range((lower, Bound::Unbounded)).map(|(k, _)| k) {
+        for (key, object) in objects.range((lower, Bound::Unbounded)) {
             if !key.starts_with(prefix) {
                 break;
             }
@@ -96,6 +96,7 @@ impl Store for MemoryStore {
                 break;
             }
             page.keys.push(key.clone());
+            page.etags.push(object.etag.clone());
         }
         Ok(page)
     }

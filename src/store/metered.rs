@@ -83,6 +83,21 @@ impl Store for Metered {
         timed("list", self.inner.list(prefix, start_after, limit, shallow)).await
     }
 
+    async fn list_with_etags(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        shallow: bool,
+    ) -> StoreResult<Page> {
+        timed(
+            "list",
+            self.inner
+                .list_with_etags(prefix, start_after, limit, shallow),
+        )
+        .await
+    }
+
     async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64> {
         timed("delete_prefix", self.inner.delete_prefix(prefix)).await
     }

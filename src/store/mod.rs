@@ -41,6 +41,9 @@ pub struct Page {
     pub keys: Vec<String>,
     /// True when keys after the last one returned may exist.
     pub more: bool,
+    /// Each key's ETag, in the same order, where the listing gives them (`list_with_etags`
+    /// always does; a plain `list` where they cost nothing); else empty.
+    pub etags: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +122,21 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Page>;
 
     /// Deletes every object under `prefix` (which should end in `/`); returns how many.
+    /// `list`, with each key's ETag (the one `get` would give) in `Page::etags`.
+    async fn list_with_etags(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        shallow: bool,
+    ) -> StoreResult<Page> {
+        let page = self.list(prefix, start_after, limit, shallow).await?;
+        if page.etags.len() != page.keys.len() {
+            return Err(StoreError::Other("this store lists no ETags".into()));
+        }
+        Ok(page)
+    }
+
     async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64>;
 
     /// Deletes up to about `limit` objects under `prefix`; returns how many, and whether

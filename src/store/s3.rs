@@ -243,6 +243,7 @@ impl Store for S3Store {
                     return Ok(page);
                 }
                 page.keys.push(self.store_key(&bucket, k));
+                page.etags.push(obj.e_tag().unwrap_or_default().to_string());
             }
             if !out.is_truncated().unwrap_or(false) {
                 return Ok(page);

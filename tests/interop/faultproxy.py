@@ -5,7 +5,8 @@ error (500 InternalError, 503 SlowDown) without reaching the store; have its con
 dropped before it reaches the store, or after the store has done it (so the gateway cannot
 know the outcome); or have its answer cut half-way. `down` makes the store unreachable
 (every connection is closed at once) until it is cleared. Counts of what was done are kept
-in `done`.
+in `done`. Every request that reaches the store is written to `log` as (method, target), the
+store's request log as the gateway made it; `delay` adds a fixed latency to each request.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class FaultProxy:
         self.down = False
         self.rng = random.Random(seed)
         self.done: Counter = Counter()
+        self.delay = 0.0
+        self.log: list[tuple[str, str]] = []
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
@@ -134,6 +137,7 @@ class FaultProxy:
                         self.done["refused while down"] += 1
                     return
                 fault, delay = self._draw()
+                delay += self.delay
                 if delay:
                     await asyncio.sleep(delay)
                 if fault == "drop_before":
@@ -147,6 +151,7 @@ class FaultProxy:
                     await client_w.drain()
                     continue
                 method = first.split()[0]
+                self.log.append((method, first.split()[1] if len(first.split()) > 1 else ""))
                 upstream_w.write(head + body)
                 await upstream_w.drain()
                 rhead, rbody, _ = await _read_message(upstream_r, method)

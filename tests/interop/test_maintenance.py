@@ -488,3 +488,92 @@ def test_fsck_notes_tables_long_overdue(wh):
     code, out = wh.admin("fsck", "--json")
     assert not [f for f in json.loads(out)["report"]["findings"] if f["problem"] == "maintenance-overdue"
                 and f["object"] == "$".join(table_id)]
+
+
+# ------------------------------------------------------------------------------ sweep cost
+
+
+def test_three_gateways_sweep_each_table_once_and_an_unchanged_table_costs_one_request(seaweed):
+    """Three gateways over one SeaweedFS bucket, every store request of theirs through a
+    proxy that logs it. Once every table has had a full look, each further sweep is taken by
+    one gateway at a time (the sweep lease), and its look at an unchanged table is one store
+    request: a listing under the table's `_versions/` folder, no manifest read, no dataset
+    opened. Then a table that commits is looked at in full again, and compacted."""
+    from faultproxy import FaultProxy
+    from test_metrics import moved, scrape, value
+    from conftest import free_port
+
+    proxy = FaultProxy("127.0.0.1", seaweed.s3_port, 1)
+    bucket = f"lg-sweep-{uuid.uuid4().hex[:8]}"
+    args, env = s3_gateway_setup(seaweed, f"s3://{bucket}/wh")
+    args[args.index("--s3-endpoint") + 1] = proxy.endpoint
+    args += ["--client-endpoint", seaweed.endpoint]
+    sweep_secs = 2
+    gateways, ports = [], []
+    try:
+        for i in range(3):
+            port = free_port()
+            ports.append(port)
+            gateways.append(start_gateway(
+                [*args, "--maintenance-delay-secs", "1", "--maintenance-sweep-secs", str(sweep_secs),
+                 "--metrics-listen", f"127.0.0.1:{port}", "--node-id", f"sweeper-{i}"], env))
+        client = ln.connect("rest", {"uri": gateways[0].uri})
+        client.create_namespace(ln.CreateNamespaceRequest(id=["s"]))
+        with_data = [["s", f"t{i}"] for i in range(4)]
+        for t in with_data:
+            append(gateways[0], t, rows(0, 10), mode="create")
+        empty = [["s", f"e{i}"] for i in range(2)]
+        for t in empty:
+            client.declare_table(ln.DeclareTableRequest(id=t))
+        tables = with_data + empty
+        # Each table's data folder, as the store's keys name it.
+        folders = {tuple(t): urllib.parse.urlparse(describe(gateways[0], t)["location"]).path.strip("/") + "/"
+                   for t in tables}
+
+        def looks(kind):
+            return sum(value(scrape(p), "lance_gateway_maintenance_looks_total", kind=kind) for p in ports)
+
+        def swept():
+            return sum(value(scrape(p), "lance_gateway_maintenance_swept_tables_total") for p in ports)
+
+        # Two sweeps since the last commit: every table had a full look after it.
+        start = swept()
+        wait_for("two sweeps", lambda: swept() >= start + 2 * len(tables), timeout=60)
+        wait_for("quiet looks", lambda: looks("quiet") >= len(tables), timeout=60)
+        before = [scrape(p) for p in ports]
+        began, mark = time.time(), len(proxy.log)
+        time.sleep(4 * sweep_secs)
+        after = [scrape(p) for p in ports]
+        window = time.time() - began
+        log = proxy.log[mark:]
+
+        full = sum(moved(b, a, "lance_gateway_maintenance_looks_total", kind="full") for b, a in zip(before, after))
+        quiet = sum(moved(b, a, "lance_gateway_maintenance_looks_total", kind="quiet") for b, a in zip(before, after))
+        queued = sum(moved(b, a, "lance_gateway_maintenance_swept_tables_total") for b, a in zip(before, after))
+        assert full == 0, f"unchanged tables were opened: {full} full looks"
+        assert quiet >= len(tables), quiet
+        # One gateway per sweep: the lease spaces sweeps by 0.9 of the interval whoever runs
+        # them, so three gateways queue no more than one gateway would (not three times it).
+        sweeps = queued / len(tables)
+        assert queued % len(tables) == 0 and sweeps <= window / (0.9 * sweep_secs) + 1, (queued, window)
+        # Each look at an unchanged table: one listing below its folder, nothing read.
+        for t in tables:
+            folder = folders[tuple(t)]
+            mine = [(m, target) for m, target in log if folder in urllib.parse.unquote(target)]
+            assert all(m == "GET" and "list-type=2" in target for m, target in mine), mine
+            assert len(mine) <= sweeps + 1, (t, mine, sweeps)
+        assert sum(1 for m, target in log if any(f in urllib.parse.unquote(target) for f in folders.values())) \
+            == pytest.approx(quiet, abs=len(tables)), (quiet, log[:20])
+
+        # A commit: the next look at that table is a full one, and the rest stay quiet.
+        before = [scrape(p) for p in ports]
+        append(gateways[1], with_data[0], rows(10, 10))
+        wait_for("a full look after the commit",
+                 lambda: sum(value(scrape(p), "lance_gateway_maintenance_looks_total", kind="full")
+                             for p in ports) > sum(value(b, "lance_gateway_maintenance_looks_total", kind="full")
+                                                    for b in before), timeout=60)
+        assert open_table(gateways[0], with_data[0]).count_rows() == 20
+    finally:
+        for gw in gateways:
+            gw.stop()
+        proxy.stop()
