@@ -16,6 +16,7 @@
 //! drops/<op>.json                      a table drop or deregister, or a namespace drop, in
 //!                                      flight (one per operation)
 //! locations/<seg>/<seg>.lance.json     the claim on a table's data location
+//! transactions-of/<a>/<t>/<tx id>     a transaction naming table [a, t] (an empty marker)
 //! ```
 //!
 //! Each name is percent-encoded into one key segment (`names::key_segment`). Table data
@@ -175,6 +176,18 @@ impl Layout {
 
     pub fn transaction_key(cell: &str, stem: &str) -> String {
         format!("{}{stem}.json", Self::transactions_prefix(cell))
+    }
+
+    /// The folder of table `rel`'s transaction markers (`transactions-of/<a>/<t>/`): one
+    /// empty object per transaction that names the table, keyed by the transaction's stem,
+    /// so a table's transactions are found by listing its own folder (shallow: a table
+    /// `[a, t, x]`'s markers sit one folder down) and not the whole cell's.
+    pub fn table_transactions_prefix(cell: &str, rel: &[String]) -> String {
+        format!(
+            "{}transactions-of/{}",
+            Self::catalog_dir(cell),
+            path_of(rel)
+        )
     }
 
     pub fn drops_prefix(cell: &str) -> String {

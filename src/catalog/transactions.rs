@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::Catalog;
@@ -143,6 +144,11 @@ pub enum TxAction {
     },
 }
 
+/// Whether `record` is work on table `id`: its own table, or one of a batch's.
+fn names_table(record: &TransactionRecord, id: &[String]) -> bool {
+    record.table == id || record.batch.iter().any(|item| item.table == id)
+}
+
 /// `(cell, key)` of a transaction id: `<ms>-<uid>`, or `<ms>-<uid>@<bucket>` in endpoint
 /// mode. Anything else names no transaction.
 pub(crate) fn locate(layout: &Layout, id: &str) -> Result<(String, String)> {
@@ -242,11 +248,21 @@ impl Catalog {
             error_code: None,
             answers: Vec::new(),
         };
-        match self
-            .store
-            .put(&key, encode(&record), Condition::IfAbsent)
-            .await
-        {
+        // The record, and beside it a marker in each named table's folder: what the
+        // console's list of a table's transactions reads.
+        let markers = self.transaction_markers(&record)?;
+        let put_markers = futures::future::try_join_all(
+            markers
+                .iter()
+                .map(|m| self.store.put(m, Bytes::new(), Condition::None)),
+        );
+        let put_record = self.store.put(&key, encode(&record), Condition::IfAbsent);
+        let (written, marked) = futures::future::join(put_record, put_markers).await;
+        if let Err(e) = marked {
+            // The work goes on; only the console's list of its tables misses it.
+            tracing::warn!(transaction = %record.id, error = %e, "could not mark a transaction in its tables' folders");
+        }
+        match written {
             Ok(etag) => Ok(Some(Transaction { key, etag, record })),
             Err(StoreError::PreconditionFailed) => Ok(None),
             Err(e) => Err(e.into()),
@@ -419,9 +435,11 @@ impl Catalog {
     }
 
     /// The transactions of table `id` still on record (a day after they end), newest first,
-    /// at most `limit`: for the console's view of a table. The records of the table's cell
-    /// are read newest first until `limit` of this table's are found; the caller must be
-    /// able to read the table.
+    /// at most `limit`: for the console's view of a table. Read through the table's own
+    /// markers (`transactions-of/`), so the cost is the table's transactions (a listing per
+    /// thousand of them, and a read per one answered), not the cell's; the caller must be
+    /// able to read the table. Transactions begun by a release before markers existed are
+    /// not listed (they are still described by id, and gone within a day).
     pub async fn table_transactions(
         &self,
         ctx: &Ctx,
@@ -434,20 +452,25 @@ impl Catalog {
                 format!("table '{}' not found", self.show(id)),
             ));
         }
-        let prefix = Layout::transactions_prefix(&self.layout.place(id)?.cell);
-        let keys = self.all_keys(&prefix, true).await?;
+        let placed = self.layout.place(id)?;
+        let prefix = Layout::table_transactions_prefix(&placed.cell, placed.rel);
+        let markers = self.all_keys(&prefix, true).await?;
         let mut found = Vec::new();
-        // Keys sort by start time: the newest are last. Read a few at a time.
-        for chunk in keys.rchunks(16) {
-            let reads = chunk.iter().rev().map(|key| self.store.get(key));
-            for (key, obj) in chunk
+        // Markers sort by start time: the newest are last. Read a few at a time; a marker
+        // whose record is gone (swept, or never written: its gateway stopped between the
+        // two writes) is passed over.
+        for chunk in markers.rchunks(16) {
+            let keys: Vec<String> = chunk
                 .iter()
                 .rev()
-                .zip(futures::future::join_all(reads).await)
-            {
+                .filter_map(|m| locate(&self.layout, &m[prefix.len()..]).ok())
+                .map(|(_, key)| key)
+                .collect();
+            let reads = keys.iter().map(|key| self.store.get(key));
+            for (key, obj) in keys.iter().zip(futures::future::join_all(reads).await) {
                 let Some(obj) = obj? else { continue };
                 let record: TransactionRecord = decode(key, &obj.body)?;
-                if record.table == id {
+                if names_table(&record, id) {
                     found.push(record);
                     if found.len() >= limit {
                         return Ok(found);
@@ -456,6 +479,29 @@ impl Catalog {
             }
         }
         Ok(found)
+    }
+
+    /// The marker keys of `record`: one in the folder of each table it names (its table,
+    /// and a batch's every table), named by the transaction's id.
+    fn transaction_markers(&self, record: &TransactionRecord) -> Result<Vec<String>> {
+        let mut tables: Vec<&[String]> = vec![&record.table];
+        for item in &record.batch {
+            if !tables.contains(&item.table.as_slice()) {
+                tables.push(&item.table);
+            }
+        }
+        tables
+            .into_iter()
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                let placed = self.layout.place(t)?;
+                Ok(format!(
+                    "{}{}",
+                    Layout::table_transactions_prefix(&placed.cell, placed.rel),
+                    record.id
+                ))
+            })
+            .collect()
     }
 
     /// Removes the records of transactions in `cell` that finished (or were abandoned)
@@ -490,7 +536,13 @@ impl Catalog {
                     if record.status == TxStatus::Succeeded {
                         self.settle_batch_items(&record.id, &record.batch).await?;
                     }
-                    removed += self.remove_unchanged(key, obj.etag).await?;
+                    let gone = self.remove_unchanged(key, obj.etag).await?;
+                    if gone == 1 {
+                        for marker in self.transaction_markers(&record)? {
+                            self.store.delete(&marker, Condition::None).await?;
+                        }
+                    }
+                    removed += gone;
                 }
             }
             if !page.more {
