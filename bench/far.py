@@ -1,7 +1,9 @@
 """The catalog against a far store: SeaweedFS behind a proxy that adds a fixed delay to every
 store request (tests/interop/faultproxy.py, its `delay`), at 0, 5 and 20 ms, for this
-checkout's gateway, main's (`--against`) and pylance's reference DirectoryNamespace behind
-its RestAdapter, each on its own folder of one bucket, all through the same proxy.
+checkout's gateway (as it starts by default, and with `--read-cache`, answering describe,
+exists and listings from memory), main's (`--against`) and pylance's reference
+DirectoryNamespace behind its RestAdapter, each on its own folder of one bucket, all through
+the same proxy.
 
 For each catalog operation it reports p50 and p99 over one keep-alive client, in
 milliseconds and in store latencies (the time divided by the delay: how many store round
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,7 +62,8 @@ def operations(port, rounds, tag):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     enc = metadata.enc
     out = {k: [] for k in ("create namespace", "declare", "describe just after its declare", "describe",
-                           "table exists", "list tables (page of 100)", "rename", "drop table")}
+                           "table exists", "list tables (page of 100)", "describe again (unchanged)",
+                           "rename", "drop table")}
     root = [f"far{tag}"]
     timed(conn, "POST", f"/v1/namespace/{enc(root)}/create", {"id": root})
     for i in range(rounds):
@@ -78,6 +82,11 @@ def operations(port, rounds, tag):
         out["table exists"].append(timed(conn, "POST", f"/v1/table/{enc(t)}/exists", {"id": t}))
         out["list tables (page of 100)"].append(
             timed(conn, "GET", f"/v1/namespace/{enc(root)}/table/list?limit=100"))
+    # Tables this gateway has read before and nobody changed since: what --read-cache
+    # answers from memory (the first describe above may follow the declare's publish).
+    for i in range(rounds):
+        t = root + [f"t{i}"]
+        out["describe again (unchanged)"].append(timed(conn, "POST", f"/v1/table/{enc(t)}/describe", {"id": t}))
     for i in range(rounds):
         t, moved = root + [f"t{i}"], root + [f"m{i}"]
         try:
@@ -107,6 +116,21 @@ def describe_throughput(port, wrk, seconds, tag):
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
 
+def answering_from_memory(port, metrics_port, tag, timeout=60):
+    """Waits until a describe is answered from memory (the gateway's read-cache hits move)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    ns = [f"warm{tag}"]
+    metadata.call(conn, "POST", f"/v1/namespace/{metadata.enc(ns)}/create", {"id": ns})
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        metadata.call(conn, "POST", f"/v1/namespace/{metadata.enc(ns)}/describe", {"id": ns})
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        if 'lance_gateway_read_cache_total{op="get",result="hit"}' in text:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the gateway did not start answering from memory")
+
+
 def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
@@ -129,7 +153,7 @@ def main():
     boto3.client("s3", endpoint_url=sw.endpoint, region_name="us-east-1",
                  aws_access_key_id=seaweedfs.ADMIN_KEY,
                  aws_secret_access_key=seaweedfs.ADMIN_SECRET).create_bucket(Bucket=bucket)
-    servers = [("lance-gateway", gateway_bin)]
+    servers = [("lance-gateway", gateway_bin), ("lance-gateway --read-cache", gateway_bin)]
     if args.against:
         servers.append(("main", args.against))
     servers.append(("reference", None))
@@ -144,6 +168,12 @@ def main():
                     argv = [binary, "serve", "--listen", f"127.0.0.1:{port}", "--warehouse", f"s3://{bucket}/{folder}",
                             "--s3-endpoint", proxy.endpoint, "--s3-region", "us-east-1",
                             "--maintenance", "false"]
+                    cached = name.endswith("--read-cache")
+                    if cached:
+                        # A grace period of 10 s: it answers from memory 7.5 s after its start.
+                        metrics_port = metadata.free_port()
+                        argv += ["--read-cache", "true", "--recovery-grace-secs", "10",
+                                 "--metrics-listen", f"127.0.0.1:{metrics_port}"]
                     env_extra = KEYS
                 else:
                     props = {"root": f"s3://{bucket}/{folder}", "storage.aws_endpoint": proxy.endpoint,
@@ -153,8 +183,11 @@ def main():
                              "storage.aws_virtual_hosted_style_request": "false"}
                     argv = [sys.executable, "-c", REFERENCE_SERVER, json.dumps(props), str(port)]
                     env_extra = {}
+                    cached = False
                 os.environ.update(env_extra)
                 server = metadata.Server(name, argv, port)
+                if cached:
+                    answering_from_memory(port, metrics_port, folder.replace("-", ""))
                 try:
                     ops = operations(port, args.rounds, folder.replace("-", ""))
                     rate = describe_throughput(port, wrk, args.seconds, folder.replace("-", ""))
@@ -190,6 +223,9 @@ def main():
                 o = rows.get((delay_ms, op, other))
                 if gw and o:
                     ratios.record(args.ratios, f"far store, {delay_ms:g} ms", op, gw[0], o[0], other)
+            gc, o = rows.get((delay_ms, op, "lance-gateway --read-cache")), rows.get((delay_ms, op, "main"))
+            if gc and o:
+                ratios.record(args.ratios, f"far store with --read-cache, {delay_ms:g} ms", op, gc[0], o[0], "main")
 
 
 if __name__ == "__main__":

@@ -189,8 +189,10 @@ async fn open(
         }
     }
     let datasets = Arc::new(LanceDatasets::new(parts.own_access));
+    // What admin writes is pinned on the gateways that answer from memory.
+    let store = crate::coherence::for_admin(parts.store, &parts.layout, &config);
     let catalog = Catalog::open(
-        parts.store,
+        store,
         parts.layout,
         datasets.clone(),
         Settings::new(config.recovery_grace, config.node_id.clone())

@@ -461,6 +461,26 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_NODE_ID")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
+    /// Answer describe, exists and the catalog's listings from memory while nothing they depend on has changed, kept exact across gateways: writers pin what they change on every gateway that caches (docs/consistency.md, "Answers from memory"). Needs a warehouse at format 3 in a directory or bucket (not endpoint mode) [default: false].
+    #[arg(long, env = "LANCE_GATEWAY_READ_CACHE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_cache: Option<bool>,
+    /// The read cache's lease on the gateway registry, in seconds: a gateway other gateways cannot reach stops answering from memory within it, and a write that meets such a gateway waits it out once [default: 8].
+    #[arg(long, env = "LANCE_GATEWAY_READ_CACHE_LEASE_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_cache_lease_secs: Option<u64>,
+    /// Most memory the read cache holds, in MiB [default: 16].
+    #[arg(long, env = "LANCE_GATEWAY_READ_CACHE_MIB")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_cache_mib: Option<usize>,
+    /// Where this gateway takes pins from the others when its read cache is on (plain HTTP, signed with a secret kept in the warehouse) [default: the listen address's host, any free port].
+    #[arg(long, env = "LANCE_GATEWAY_PEER_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_listen: Option<String>,
+    /// The URL other gateways reach --peer-listen at, such as http://10.0.0.7:8182 [default: http://<listen host, or the host name>:<peer port>].
+    #[arg(long, env = "LANCE_GATEWAY_PEER_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_url: Option<String>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "LANCE_GATEWAY_LOG_FORMAT", value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -581,6 +601,16 @@ pub struct Config {
     pub maintenance_policy: crate::catalog::policy::Policy,
     pub node_id: String,
     pub log_format: LogFormat,
+    /// The read cache, when on.
+    pub read_cache: Option<ReadCacheSettings>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ReadCacheSettings {
+    pub lease: Duration,
+    pub budget_bytes: usize,
+    pub peer_listen: SocketAddr,
+    pub peer_url: Option<String>,
 }
 
 /// The file's settings overridden by those of the flags and environment: both as TOML
@@ -870,6 +900,37 @@ impl Config {
             Some(id) => id,
             None => format!("{}:{}", host_name(), listen.port()),
         };
+        let read_cache = match s.read_cache.unwrap_or(false) {
+            false => None,
+            true => {
+                let lease = positive("read-cache-lease-secs", s.read_cache_lease_secs, 8)?;
+                if lease < 2 {
+                    return Err(bad("read-cache-lease-secs", "must be at least 2"));
+                }
+                let peer_listen = match s.peer_listen.as_deref().map(str::trim) {
+                    None | Some("") => SocketAddr::new(listen.ip(), 0),
+                    Some(text) => text.parse::<SocketAddr>().map_err(|_| {
+                        bad(
+                            "peer-listen",
+                            format!("'{text}' is not an address like 10.0.0.7:8182"),
+                        )
+                    })?,
+                };
+                let peer_url = match s.peer_url.as_deref().map(str::trim) {
+                    None | Some("") => None,
+                    Some(url) => {
+                        check_url("peer-url", url)?;
+                        Some(url.trim_end_matches('/').to_string())
+                    }
+                };
+                Some(ReadCacheSettings {
+                    lease: Duration::from_secs(lease),
+                    budget_bytes: at_least_one("read-cache-mib", s.read_cache_mib, 16)? << 20,
+                    peer_listen,
+                    peer_url,
+                })
+            }
+        };
         Ok(Config {
             listen,
             metrics_listen,
@@ -898,12 +959,13 @@ impl Config {
             maintenance_policy,
             node_id,
             log_format: s.log_format.unwrap_or(LogFormat::Text),
+            read_cache,
         })
     }
 }
 
 /// The machine's host name (a pod's name under Kubernetes), for the default node id.
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())

@@ -11,6 +11,7 @@ pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod catalog;
+pub mod coherence;
 pub mod config;
 pub mod data;
 pub mod error;

@@ -317,6 +317,13 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     } else {
         parts.store
     };
+    // Writes pin what they change on gateways that answer from memory; with
+    // `--read-cache`, this one does too.
+    let (store, mut coherence) =
+        crate::coherence::for_gateway(store, &parts.layout, &config).await?;
+    let caches = coherence
+        .as_ref()
+        .is_some_and(|c| c.peers.member().is_some());
     let runtime = DataRuntime::dedicated(config.data_threads)
         .map_err(|e| format!("could not start the data runtime: {e}"))?;
     let datasets = Arc::new(LanceDatasets::new(parts.own_access).with_runtime(runtime));
@@ -333,6 +340,11 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     .await
     .map_err(|e| format!("could not open the warehouse: {e}"))?;
     let catalog = Arc::new(catalog);
+    // Once the warehouse is open (its format known to be there).
+    let coherence_tasks = coherence
+        .as_mut()
+        .map(|c| c.start(crate::catalog::records::now_ms()))
+        .unwrap_or_default();
     let after_answers = catalog.clone();
     if config.managed_versioning {
         // The gateway's own commits order against its clients' and batches in the log.
@@ -350,9 +362,11 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
             let mut registered: Option<std::time::Instant> = None;
             loop {
                 ticker.tick().await;
-                // The gateway registry (`catalog::upgrade`): what `admin upgrade` checks.
-                if registered
-                    .is_none_or(|at| at.elapsed() >= crate::catalog::upgrade::REGISTRY_EVERY)
+                // The gateway registry (`catalog::upgrade`): what `admin upgrade` checks. A
+                // gateway that caches keeps its entry itself (`coherence::peers`).
+                if !caches
+                    && registered
+                        .is_none_or(|at| at.elapsed() >= crate::catalog::upgrade::REGISTRY_EVERY)
                 {
                     match catalog.register_gateway().await {
                         Ok(()) => registered = Some(std::time::Instant::now()),
@@ -409,6 +423,12 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     )
     .await;
     sweeper.abort();
+    for task in coherence_tasks {
+        task.abort();
+    }
+    if let Some(c) = &coherence {
+        c.peers.leave().await;
+    }
     // Changes whose clients went away run on (`api::detached`), and so may the work any
     // request left after its answer: both are waited for, up to the grace.
     let finished = async {

@@ -67,6 +67,9 @@ pub const DROPPED_TABLES: &str = "lance_gateway_dropped_tables";
 pub const DROPPED_BYTES: &str = "lance_gateway_dropped_bytes";
 pub const PURGES: &str = "lance_gateway_purges_total";
 pub const DROPS: &str = "lance_gateway_table_drops_total";
+pub const READ_CACHE: &str = "lance_gateway_read_cache_total";
+pub const PEER_PINS: &str = "lance_gateway_peer_pins_total";
+pub const PEER_REVOCATIONS: &str = "lance_gateway_peer_revocations_total";
 
 /// Request latencies: from well under a millisecond (a describe) to the request timeout.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -104,6 +107,18 @@ pub fn install() -> Result<PrometheusHandle, String> {
         "Time a store operation took."
     );
     describe_counter!(SWEEPS, "Recovery sweeps over the warehouse, by outcome.");
+    describe_counter!(
+        READ_CACHE,
+        "Reads of catalog records and listings by whether memory answered them (`hit`) or the store (`miss`)."
+    );
+    describe_counter!(
+        PEER_PINS,
+        "Pins sent to gateways that answer from memory before a write, by whether they were confirmed."
+    );
+    describe_counter!(
+        PEER_REVOCATIONS,
+        "Gateways whose read cache this gateway revoked because they could not be reached."
+    );
     describe_counter!(
         SWEPT_TABLES,
         "Tables queued by this gateway's maintenance sweeps."
@@ -472,6 +487,25 @@ pub fn store_op(op: &'static str, outcome: &'static str, took: Duration) {
     });
     count.increment(1);
     time.record(took.as_secs_f64());
+}
+
+pub fn read_cache(op: &'static str, hit: bool) {
+    static READS: Handles<(&str, bool), Counter> = Handles::new();
+    READS
+        .get(
+            (op, hit),
+            || counter!(READ_CACHE, "op" => op, "result" => if hit { "hit" } else { "miss" }),
+        )
+        .increment(1);
+}
+
+pub fn peer_pin(confirmed: bool) {
+    let outcome = if confirmed { "ok" } else { "failed" };
+    counter!(PEER_PINS, "outcome" => outcome).increment(1);
+}
+
+pub fn peer_revoked() {
+    counter!(PEER_REVOCATIONS).increment(1);
 }
 
 pub fn newer_record() {

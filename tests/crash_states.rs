@@ -1832,6 +1832,9 @@ async fn upgrade_waits_for_gateways_that_cannot_read_the_new_format() {
         writes_up_to: 2,
         started_at_ms: 1,
         seen_at_ms: lance_gateway::catalog::records::now_ms(),
+        peer: None,
+        revoked_by: None,
+        revoked_at_ms: None,
     };
     w.put(&Layout::gateway_key("", "gw-old"), &old).await;
     let e = w

@@ -51,6 +51,24 @@ pub struct GatewayEntry {
     pub writes_up_to: u32,
     pub started_at_ms: u64,
     pub seen_at_ms: u64,
+    /// Where this gateway takes pins, while it answers from memory (`coherence::peers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<PeerInfo>,
+    /// Set by a writer that could not reach this gateway: its lease is void.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at_ms: Option<u64>,
+}
+
+/// How writers reach a gateway that answers from memory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerInfo {
+    pub url: String,
+    /// New at each registration: a restarted gateway is a new incarnation.
+    pub incarnation: String,
+    /// Its lease: how long after a revocation it may still answer from memory.
+    pub lease_ms: u64,
 }
 
 /// What `admin upgrade` did, per cell.
@@ -130,6 +148,9 @@ impl Catalog {
             writes_up_to: WRITES_UP_TO,
             started_at_ms: self.started_ms,
             seen_at_ms: now_ms(),
+            peer: None,
+            revoked_by: None,
+            revoked_at_ms: None,
         };
         self.store
             .put(

@@ -26,7 +26,8 @@ import uuid
 import pytest
 
 import seaweedfs
-from conftest import s3_gateway_setup
+from conftest import s3_gateway_setup, start_gateway
+from faultproxy import FaultProxy
 from history import (
     RECOVERY,
     key_segment,
@@ -233,3 +234,150 @@ def test_pages_keep_one_order_with_tables_arriving(full_wait_cluster):
         assert sorted(listed) == ["t", "t-1", "t-2", "t0"], (limit, listed)
     result = check(r.ops, State(frozenset(r.namespaces), ()))
     assert result.ok, f"{result.explanation}\n{around(r.ops, None)}\nwhole history: {dump(r)}"
+
+
+# Answers from memory (`--read-cache`): the same histories, with every gateway caching, on a
+# local warehouse and on SeaweedFS behind a proxy that delays each store request by 20 ms
+# (the far store the cache is for).
+CACHE = ["--read-cache", "true", "--read-cache-lease-secs", "2"]
+
+
+def answering_from_memory(cluster: Cluster, timeout: float = 60.0):
+    """Waits until every gateway of the cluster says it answers from memory."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        logs = [open(gw.log).read() for gw in cluster.gateways if gw is not None]
+        if len(logs) == len(cluster.gateways) and all("read cache: answering from memory" in t for t in logs):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the gateways did not start answering from memory; " + cluster.logs())
+
+
+def make_cached_cluster(request, recovery, delay: float):
+    if request.param == "local":
+        root = tempfile.mkdtemp(prefix="lg-cached-")
+        return Cluster(["--warehouse", root, *CACHE], {}, GATEWAYS, recovery), local_warehouse(root), None
+    sw = request.getfixturevalue("seaweed")
+    proxy = FaultProxy("127.0.0.1", sw.s3_port, 1)
+    proxy.delay = delay
+    bucket = f"lg-cached-{uuid.uuid4().hex[:10]}"
+    wh = s3_warehouse(sw.endpoint, seaweedfs.ADMIN_KEY, seaweedfs.ADMIN_SECRET, bucket, "wh")
+    args, env = s3_gateway_setup(sw, f"s3://{bucket}/wh")
+    args[args.index("--s3-endpoint") + 1] = proxy.endpoint
+    # Clients (the registers' folders, the checks) reach the store directly.
+    args += ["--client-endpoint", sw.endpoint, *CACHE]
+    return Cluster(args, env, GATEWAYS, recovery), wh, proxy
+
+
+@pytest.fixture(params=["local", "seaweedfs"])
+def cached_cluster(request):
+    cluster, wh, proxy = make_cached_cluster(request, RECOVERY, 0.02)
+    try:
+        answering_from_memory(cluster)
+        yield request.param, cluster, wh, proxy
+    finally:
+        cluster.stop()
+        if proxy is not None:
+            proxy.stop()
+
+
+def test_answers_from_memory_keep_histories_linearizable(cached_cluster):
+    """Three gateways answering describe, exists and listings from memory: the racing
+    declares, renames, drops and namespace drops of the history suite stay linearizable,
+    and so do they while gateways are killed at random and restarted (each kill revokes the
+    dead gateway's cache, and its successor starts with an empty one)."""
+    kind, cluster, wh, proxy = cached_cluster
+    checked, server_errors, _, _ = run(kind, cluster, wh, rounds=2, seconds=6, kills=False)
+    assert checked > 100
+    assert server_errors == [], server_errors
+    if proxy is not None:
+        # The reads were answered from memory: far fewer record reads reached the store
+        # than the describes, exists and listings answered.
+        with proxy.lock:
+            record_gets = sum(1 for method, target in proxy.log
+                              if method == "GET" and "/.lance-gateway/tables/" in target and "list-type" not in target)
+        print(f"{kind}: {record_gets} table record reads reached the store for {checked} requests")
+    rounds = int(os.environ.get("LANCE_GATEWAY_HISTORY_ROUNDS", "3"))
+    run(kind, cluster, wh, rounds=rounds, seconds=5, kills=True)
+    assert cluster.kills >= rounds
+    assert all(code == 0 for code in cluster.stop())
+    assert fsck_problems(cluster) == []
+
+
+def test_describes_from_memory_reach_no_store_and_miss_no_change(seaweed):
+    """On SeaweedFS: once each gateway has read a table, its describes and exists reach the
+    store no more (counted on the proxy's request log); a drop, a declare and a rename made
+    through one gateway are seen by the others' very next request; a gateway killed without
+    warning is revoked by the next write (which waits out its lease) and its successor
+    answers the truth."""
+    class Param:
+        param = "seaweedfs"
+
+        @staticmethod
+        def getfixturevalue(name):
+            return seaweed
+
+    cluster, wh, proxy = make_cached_cluster(Param, RECOVERY, 0.0)
+    try:
+        answering_from_memory(cluster)
+        p = cluster.ports
+        assert call(p[0], "POST", "/v1/namespace/m/create", {})[0] == 200
+        assert call(p[0], "POST", f"/v1/table/{enc(['m', 't'])}/declare", {})[0] == 200
+        # Read once everywhere, after the declare's record is published (after its answer).
+        time.sleep(1)
+        for port in p:
+            assert call(port, "POST", f"/v1/table/{enc(['m', 't'])}/describe", {})[0] == 200
+            assert call(port, "POST", "/v1/namespace/m/describe", {})[0] == 200
+        with proxy.lock:
+            proxy.log.clear()
+        for port in p:
+            for _ in range(20):
+                assert call(port, "POST", f"/v1/table/{enc(['m', 't'])}/describe", {})[0] == 200
+                assert call(port, "POST", f"/v1/table/{enc(['m', 't'])}/exists", {})[0] == 200
+                assert call(port, "POST", "/v1/namespace/m/describe", {})[0] == 200
+        with proxy.lock:
+            catalog_reads = [t for m, t in proxy.log if m == "GET" and "/.lance-gateway/" in t
+                             and "/gateways/" not in t and "/.lance-gateway/catalog.json" not in t]
+        assert catalog_reads == [], catalog_reads[:10]
+
+        # Every change is seen by the other gateways' next request.
+        assert call(p[1], "POST", f"/v1/table/{enc(['m', 't'])}/drop", {})[0] == 200
+        for port in (p[0], p[2]):
+            assert call(port, "POST", f"/v1/table/{enc(['m', 't'])}/describe", {})[0] == 404
+            assert call(port, "POST", f"/v1/table/{enc(['m', 't'])}/exists", {})[0] == 404
+        assert call(p[2], "POST", f"/v1/table/{enc(['m', 't'])}/declare", {})[0] == 200
+        for port in (p[0], p[1]):
+            assert call(port, "POST", f"/v1/table/{enc(['m', 't'])}/describe", {})[0] == 200
+            status, listed = call(port, "GET", "/v1/namespace/m/table/list")
+            assert status == 200 and listed["tables"] == ["t"], listed
+        assert call(p[0], "POST", f"/v1/table/{enc(['m', 't'])}/rename",
+                    {"new_table_name": "u", "new_namespace_id": ["m"]})[0] == 200
+        for port in (p[1], p[2]):
+            assert call(port, "POST", f"/v1/table/{enc(['m', 't'])}/describe", {})[0] == 404
+            assert call(port, "POST", f"/v1/table/{enc(['m', 'u'])}/describe", {})[0] == 200
+            status, listed = call(port, "GET", "/v1/namespace/m/table/list")
+            assert status == 200 and listed["tables"] == ["u"], listed
+
+        # A gateway killed without leaving: the next write revokes it, waits out its lease
+        # (2 s), and goes through; the registry says who revoked it.
+        victim = cluster.gateways[2]
+        victim.proc.kill()
+        victim.proc.wait()
+        cluster.gateways[2] = None
+        started = time.monotonic()
+        assert call(p[0], "POST", f"/v1/table/{enc(['m', 'v'])}/declare", {})[0] == 200
+        waited = time.monotonic() - started
+        entries = [wh.read_json(k) for k in wh.keys(".lance-gateway/gateways/")]
+        revoked = [e["node"] for e in entries if e.get("revoked_by")]
+        assert len(revoked) == 1 and revoked[0].endswith(f":{p[2]}"), entries
+        print(f"the write that met the killed gateway took {waited:.2f} s")
+        assert call(p[1], "POST", f"/v1/table/{enc(['m', 'v'])}/describe", {})[0] == 200
+        # Its successor (same node id) starts empty and answers the truth.
+        cluster.gateways[2] = start_gateway(cluster.args, cluster.env, port=p[2])
+        answering_from_memory(cluster, timeout=60)
+        assert call(p[1], "POST", f"/v1/table/{enc(['m', 'u'])}/drop", {})[0] == 200
+        assert call(p[2], "POST", f"/v1/table/{enc(['m', 'u'])}/describe", {})[0] == 404
+        assert call(p[2], "POST", f"/v1/table/{enc(['m', 'v'])}/describe", {})[0] == 200
+    finally:
+        cluster.stop()
+        proxy.stop()

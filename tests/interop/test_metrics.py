@@ -8,6 +8,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 import urllib.request
 
 import lance_namespace as ln
@@ -66,8 +67,13 @@ def metered():
 
 def test_series_move_with_what_clients_do(metered):
     gw, mport, keys = metered
+    # A sweep runs at start, beside the first requests (it is not waited for): it is
+    # counted before any client asks anything.
+    deadline = time.time() + 10
     before = scrape(mport)
-    # A sweep runs at start: it is counted before any client asks anything.
+    while value(before, "lance_gateway_recovery_sweeps_total", outcome="ok") < 1 and time.time() < deadline:
+        time.sleep(0.1)
+        before = scrape(mport)
     assert value(before, "lance_gateway_recovery_sweeps_total", outcome="ok") >= 1
 
     admin = ln.connect("rest", {"uri": gw.uri, "headers.x-api-key": keys["admin"]})
