@@ -99,7 +99,11 @@ pub struct Peers {
     node: String,
     lease: Duration,
     grace: Duration,
-    http: reqwest::Client,
+    /// Made at the first pin sent: a gateway whose peers never cache holds no client.
+    http: std::sync::OnceLock<reqwest::Client>,
+    /// Pin ids: a random prefix of this process, and a count.
+    pin_prefix: u64,
+    pins_sent: std::sync::atomic::AtomicU64,
     secret: tokio::sync::OnceCell<Arc<[u8]>>,
     view: Mutex<View>,
     refreshing: tokio::sync::Mutex<()>,
@@ -153,11 +157,9 @@ impl Peers {
             node,
             lease,
             grace,
-            http: reqwest::Client::builder()
-                .timeout(PIN_TIMEOUT)
-                .connect_timeout(PIN_TIMEOUT)
-                .build()
-                .unwrap_or_default(),
+            http: std::sync::OnceLock::new(),
+            pin_prefix: uuid::Uuid::new_v4().as_u64_pair().0,
+            pins_sent: std::sync::atomic::AtomicU64::new(0),
             secret: tokio::sync::OnceCell::new(),
             view: Mutex::new(View::default()),
             refreshing: tokio::sync::Mutex::new(()),
@@ -303,6 +305,13 @@ impl Peers {
         let signature = hex(&mac(&secret, ms, &path, &body).finalize().into_bytes());
         let answer = self
             .http
+            .get_or_init(|| {
+                reqwest::Client::builder()
+                    .timeout(PIN_TIMEOUT)
+                    .connect_timeout(PIN_TIMEOUT)
+                    .build()
+                    .unwrap_or_default()
+            })
             .post(format!("{}{path}", url.trim_end_matches('/')))
             .header(SIGNATURE, format!("{ms}.{signature}"))
             .header("content-type", "application/json")
@@ -320,7 +329,10 @@ impl Peers {
     /// answers from memory, before a write of them; the guard unpins when dropped, after
     /// the write's answer.
     pub async fn pin(self: &Arc<Self>, keys: &[&str], everything: bool) -> StoreResult<PinGuard> {
-        let id = uuid::Uuid::new_v4().as_u128();
+        let count = self
+            .pins_sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = (u128::from(self.pin_prefix) << 64) | u128::from(count);
         let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
         if let Some(m) = &self.member {
             m.cache.pin(id, &keys, everything, self.grace);
