@@ -554,8 +554,14 @@ def test_overlapping_blocks_on_two_gateways_all_commit(managed):
     as there are other blocks. Every block commits, and each table holds exactly the rows of
     the blocks, once."""
     ids = tables(managed, 4)
-    other = start_gateway(managed["args"], managed["env"])
-    uris = [managed["gw"].uri, other.uri]
+    # Two gateways of their own, whose commit wait is the longest there is (10 s, where the
+    # default request timeout makes it 7.5): with six clients in one process beside both
+    # gateways and the store on two cores, a batch that waits in line behind two others
+    # could otherwise run out its wait on a loaded machine and be refused as held, which
+    # is the gateway's timing, not the ordering this test is about.
+    slow = managed["args"] + ["--request-timeout-secs", "60"]
+    first, other = start_gateway(slow, managed["env"]), start_gateway(slow, managed["env"])
+    uris = [first.uri, other.uri]
     clients, blocks_each = 6, 3
     lock = threading.Lock()
     committed: list[list[int]] = [[] for _ in ids]
@@ -603,6 +609,7 @@ def test_overlapping_blocks_on_two_gateways_all_commit(managed):
             assert sorted(x for x in got if x >= 100_000) == sorted(committed[i]), i
         print(f"{clients * blocks_each} blocks committed, {len(refusals)} refusals on the way")
     finally:
+        assert first.stop() == 0
         assert other.stop() == 0
 
 
