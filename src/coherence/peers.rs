@@ -343,7 +343,14 @@ impl Peers {
             pinned: Vec::new(),
             answered: false,
         };
-        let peers = self.current().await?;
+        // Until the write is sent, a failure here lets its pins go at once (`answered`).
+        let peers = match self.current().await {
+            Ok(peers) => peers,
+            Err(e) => {
+                guard.answered(true);
+                return Err(e);
+            }
+        };
         if peers.is_empty() {
             return Ok(guard);
         }
@@ -365,7 +372,14 @@ impl Peers {
                 Err(e) => {
                     telemetry::peer_pin(false);
                     tracing::warn!(peer = %peer.url, error = %e, "a gateway that answers from memory did not confirm a pin");
-                    match self.unreached(peer, &body).await? {
+                    let unreached = match self.unreached(peer, &body).await {
+                        Ok(unreached) => unreached,
+                        Err(e) => {
+                            guard.answered(true);
+                            return Err(e);
+                        }
+                    };
+                    match unreached {
                         Unreached::Pinned(url) => guard.pinned.push(url),
                         Unreached::Revoked(at) => {
                             revoked_at = Some(revoked_at.map_or(at, |r| r.max(at)))
