@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::access::Principal;
+use crate::secrets::{hex, random_bytes, unhex};
 
 const PREFIX: &str = "lgk_";
 
@@ -33,29 +34,6 @@ struct Entry {
 pub struct ApiKeys {
     path: PathBuf,
     entries: RwLock<Arc<HashMap<String, Entry>>>,
-}
-
-fn random_bytes(n: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n + 16);
-    while out.len() < n {
-        out.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-    }
-    out.truncate(n);
-    out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 fn digest(salt: &[u8], secret: &str) -> Vec<u8> {

@@ -33,6 +33,7 @@ use super::transactions::KEEP;
 use super::versions::CommittedVersion;
 use crate::access::Ctx;
 use crate::error::{Code, Error, Result};
+use crate::secrets::hex;
 use crate::store::{Condition, StoreError};
 
 /// The longest key accepted.
@@ -75,10 +76,6 @@ pub fn fingerprint<T: Serialize>(op: &str, request: &T) -> String {
     h.update([0]);
     h.update(&canonical);
     hex(&h.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What a single-table commit ended with, kept under its key.

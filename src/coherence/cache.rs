@@ -351,6 +351,13 @@ mod tests {
         cache
     }
 
+    /// A ticket that the rule under test says must be given.
+    fn ticket(cache: &ReadCache, key: &str) -> Ticket {
+        cache
+            .ticket(key)
+            .unwrap_or_else(|| panic!("no ticket for {key}: pinned or not serving"))
+    }
+
     fn args() -> ListArgs {
         ListArgs {
             start_after: None,
@@ -363,17 +370,21 @@ mod tests {
     #[test]
     fn an_installed_object_is_answered_until_it_is_pinned() {
         let cache = serving();
-        let t = cache.ticket("a/t.json").unwrap();
+        let t = ticket(&cache, "a/t.json");
         cache.install_object(t, "a/t.json", obj("1"));
-        assert_eq!(cache.object("a/t.json").unwrap().unwrap().etag, "e-1");
+        let cached = cache.object("a/t.json").expect("answered from memory");
+        assert_eq!(cached.expect("present").etag, "e-1");
         cache.pin(7, &["a/t.json".into()], false, Duration::from_secs(5));
         assert!(cache.object("a/t.json").is_none());
         // While pinned, nothing is installed for it.
         assert!(cache.ticket("a/t.json").is_none());
         cache.unpin(7);
-        let t = cache.ticket("a/t.json").unwrap();
+        let t = ticket(&cache, "a/t.json");
         cache.install_object(t, "a/t.json", None);
-        assert!(cache.object("a/t.json").unwrap().is_none());
+        assert!(
+            matches!(cache.object("a/t.json"), Some(None)),
+            "known absent"
+        );
     }
 
     #[test]
@@ -381,7 +392,7 @@ mod tests {
         let cache = serving();
         // The read takes its ticket, the writer pins, writes and unpins, then the read's
         // (old) answer arrives.
-        let t = cache.ticket("a/t.json").unwrap();
+        let t = ticket(&cache, "a/t.json");
         cache.pin(1, &["a/t.json".into()], false, Duration::from_secs(5));
         cache.unpin(1);
         cache.install_object(t, "a/t.json", obj("old"));
@@ -391,17 +402,17 @@ mod tests {
     #[test]
     fn a_write_below_a_folder_drops_its_listings_and_stops_their_installs() {
         let cache = serving();
-        let t = cache.ticket("a/").unwrap();
+        let t = ticket(&cache, "a/");
         cache.install_list(t, "a/", args(), Page::default());
         assert!(cache.list("a/", &args()).is_some());
-        let late = cache.ticket("a/").unwrap();
+        let late = ticket(&cache, "a/");
         cache.pin(2, &["a/b/t.json".into()], false, Duration::from_secs(5));
         assert!(cache.list("a/", &args()).is_none());
         cache.unpin(2);
         cache.install_list(late, "a/", args(), Page::default());
         assert!(cache.list("a/", &args()).is_none());
         // A write elsewhere leaves the folder's listing alone.
-        let t = cache.ticket("a/").unwrap();
+        let t = ticket(&cache, "a/");
         cache.install_list(t, "a/", args(), Page::default());
         cache.pin(3, &["z/t.json".into()], false, Duration::from_secs(5));
         assert!(cache.list("a/", &args()).is_some());
@@ -412,12 +423,12 @@ mod tests {
         let cache = ReadCache::new(1 << 20);
         assert!(cache.ticket("k").is_none());
         cache.serve_until(Some(Instant::now() + Duration::from_secs(60)));
-        let t = cache.ticket("k").unwrap();
+        let t = ticket(&cache, "k");
         cache.install_object(t, "k", obj("1"));
         cache.serve_until(Some(Instant::now()));
         assert!(cache.object("k").is_none());
         cache.serve_until(Some(Instant::now() + Duration::from_secs(60)));
-        let t = cache.ticket("k").unwrap();
+        let t = ticket(&cache, "k");
         cache.clear();
         cache.install_object(t, "k", obj("2"));
         assert!(cache.object("k").is_none());
@@ -435,7 +446,7 @@ mod tests {
     #[test]
     fn pinning_everything_empties_the_cache_until_unpinned() {
         let cache = serving();
-        let t = cache.ticket("k").unwrap();
+        let t = ticket(&cache, "k");
         cache.install_object(t, "k", obj("1"));
         cache.pin(4, &[], true, Duration::from_secs(5));
         assert!(cache.object("k").is_none());
@@ -450,7 +461,7 @@ mod tests {
         cache.serve_until(Some(Instant::now() + Duration::from_secs(60)));
         for i in 0..1000 {
             let key = format!("k{i}");
-            let t = cache.ticket(&key).unwrap();
+            let t = ticket(&cache, &key);
             cache.install_object(t, &key, obj("0123456789"));
         }
         assert!(cache.len() < 200, "{} entries", cache.len());

@@ -35,6 +35,7 @@ use crate::catalog::records::{
     CellRecord, FORMAT_SOFT_DROP, READS_UP_TO, WRITES_UP_TO, encode, now_ms,
 };
 use crate::catalog::upgrade::{GatewayEntry, PeerInfo};
+use crate::secrets::{hex, random_bytes, unhex};
 use crate::store::{Condition, Store, StoreError, StoreResult};
 use crate::telemetry;
 
@@ -120,20 +121,6 @@ enum Unreached {
     Gone,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 fn mac(secret: &[u8], ms: u64, path: &str, body: &[u8]) -> Hmac<Sha256> {
     let mut mac =
         <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes a key of any length");
@@ -200,8 +187,7 @@ impl Peers {
                             .map(Arc::from)
                             .ok_or_else(|| StoreError::Other(format!("{key}: not a secret")));
                     }
-                    let mut fresh = uuid::Uuid::new_v4().as_bytes().to_vec();
-                    fresh.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+                    let fresh = random_bytes(32);
                     let record = SecretRecord {
                         format_version: FORMAT_SOFT_DROP,
                         secret: hex(&fresh),
