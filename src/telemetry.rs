@@ -14,7 +14,7 @@
 //! | `lance_gateway_store_operations_total` | op, outcome | store calls: `ok`, `conflict` (a conditional write or delete refused: contention), `error` |
 //! | `lance_gateway_store_operation_duration_seconds` | op | histogram |
 //! | `lance_gateway_recovery_sweeps_total` | outcome | sweeps over the warehouse: `ok`, `error` |
-//! | `lance_gateway_maintenance_swept_tables_total` | | tables a maintenance sweep of this gateway queued (one gateway sweeps each cell per interval) |
+//! | `lance_gateway_maintenance_swept_tables_total` | | tables a maintenance sweep of this gateway went through (one gateway sweeps each cell per interval) |
 //! | `lance_gateway_maintenance_looks_total` | kind | looks at a table: `quiet` (unchanged since the last look: one store request), `full` (the dataset opened and measured) |
 //! | `lance_gateway_recovery_entries_total` | outcome | unfinished operations found by sweeps: `settled`, `failed` |
 //! | `lance_gateway_authentications_total` | scheme, decision | `allow` / `deny` per scheme (`api-key`, `jwt`, `certificate`, `anonymous`, `none`) |
@@ -121,7 +121,7 @@ pub fn install() -> Result<PrometheusHandle, String> {
     );
     describe_counter!(
         SWEPT_TABLES,
-        "Tables queued by this gateway's maintenance sweeps."
+        "Tables this gateway's maintenance sweeps went through."
     );
     describe_counter!(
         MAINTENANCE_LOOKS,

@@ -5,7 +5,7 @@
 //! table's uid, so a table renamed keeps its history and a new table of an old name starts
 //! afresh; it goes when the table does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -172,28 +172,41 @@ impl Catalog {
         Ok(ids)
     }
 
-    /// The tables of one cell as a sweep sees them, each with a fingerprint of everything
-    /// its maintenance depends on in the catalog: its record's ETag and those of the
-    /// namespaces above it (their properties make its policy). Two listings, however many
-    /// tables: a fingerprint unchanged since a look means nothing in the catalog changed
-    /// the table's record or policy meanwhile.
-    pub async fn swept_tables_in(&self, cell: &str) -> Result<Vec<(Vec<String>, u64)>> {
+    /// The ETags of a cell's namespace records, which `swept_tables_page` folds into each
+    /// table's fingerprint (their properties make its policy). One paged listing.
+    pub async fn swept_namespaces(&self, cell: &str) -> Result<HashMap<String, String>> {
+        Ok(self
+            .all_keys_with_etags(&format!("{}ns/", Layout::catalog_dir(cell)))
+            .await?
+            .into_iter()
+            .collect())
+    }
+
+    /// One page of a cell's tables as a sweep sees them, after the table key `after`: each
+    /// id with a fingerprint of everything its maintenance depends on in the catalog (its
+    /// record's ETag and those of the namespaces above it, from `namespaces`), and the key
+    /// the next page starts after (`None` after the last). A fingerprint unchanged since a
+    /// look means nothing in the catalog changed the table's record or policy meanwhile.
+    /// Page by page, so a sweep holds one page of a warehouse of any size.
+    pub async fn swept_tables_page(
+        &self,
+        cell: &str,
+        namespaces: &HashMap<String, String>,
+        after: Option<&str>,
+    ) -> Result<(Vec<(Vec<String>, u64)>, Option<String>)> {
         use std::hash::{Hash, Hasher};
         let base: Vec<String> = cell
             .strip_suffix('/')
             .map(|b| vec![b.to_string()])
             .unwrap_or_default();
-        let namespaces: std::collections::HashMap<String, String> = self
-            .all_keys_with_etags(&format!("{}ns/", Layout::catalog_dir(cell)))
-            .await?
-            .into_iter()
-            .collect();
-        let mut out = Vec::new();
-        for (key, etag) in self
-            .all_keys_with_etags(&Layout::all_tables_prefix(cell))
-            .await?
-        {
-            let Some(rel) = Layout::table_rel_of(cell, &key) else {
+        let page = self
+            .store
+            .list_with_etags(&Layout::all_tables_prefix(cell), after, super::PAGE, false)
+            .await?;
+        let next = page.keys.last().filter(|_| page.more).cloned();
+        let mut out = Vec::with_capacity(page.keys.len());
+        for (key, etag) in page.keys.iter().zip(&page.etags) {
+            let Some(rel) = Layout::table_rel_of(cell, key) else {
                 continue;
             };
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -211,7 +224,7 @@ impl Catalog {
             id.extend(rel);
             out.push((id, hasher.finish()));
         }
-        Ok(out)
+        Ok((out, next))
     }
 
     /// Removes a table's maintenance record (the table is gone).

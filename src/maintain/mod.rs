@@ -5,8 +5,8 @@
 //! - **Finding tables that are due, cheaply.** Every version this gateway commits (its own
 //!   data operations, and CreateTableVersion under managed versioning) queues its table for
 //!   a look a little later (`--maintenance-delay-secs`: a burst of appends is looked at
-//!   once); a slow sweep (`--maintenance-sweep-secs`) queues every table, for those that
-//!   clients write behind the gateway. A look opens the latest version and measures it
+//!   once); a slow sweep (`--maintenance-sweep-secs`) goes through every table, for those
+//!   that clients write behind the gateway. A look opens the latest version and measures it
 //!   (`data::maintain::assess`); a table that is not due costs that and nothing more.
 //! - **One sweep for all gateways, and unchanged tables for one request.** Each cell's
 //!   sweep runs under a spaced lease (`maintenance-sweep.json`) that stays with the gateway
@@ -14,8 +14,13 @@
 //!   are, and by the gateway that remembers it. The sweep lists the table records and the
 //!   namespace records with their ETags (two listings, paged); a table whose fingerprint
 //!   is unchanged since a look that found nothing due gets a quiet look: one listing of
-//!   the manifest its next version would have (`Quiet`). Only when that exists, or the
-//!   fingerprint changed, or old versions come of age for cleanup, is the dataset opened.
+//!   the manifest its next version would have (`quiet::QuietBook`). Only when that exists,
+//!   or the fingerprint changed, or old versions come of age for cleanup, is the table
+//!   queued for a full look and its dataset opened.
+//! - **The same at a million tables.** The sweep walks a page of tables at a time, makes
+//!   its quiet looks 16 at once, and waits while 256 of its tables are queued for full
+//!   looks; a memo is 32 bytes a table. Memory and each table's cost stay flat as the
+//!   warehouse grows.
 //! - **One gateway per table.** A due table is maintained under its lease
 //!   (`catalog::maintenance`, `catalog::leases`), taken with a conditional write and renewed
 //!   while the work runs. Under the lease the table is measured again at its latest
@@ -50,6 +55,9 @@ use crate::data::{At, LanceDatasets};
 use crate::error::{Code, Error, Result};
 use crate::jobs::{self, Figures, Keeper, Spec};
 
+mod quiet;
+use quiet::{Probe, QuietBook};
+
 /// How the scheduler runs (the policy's defaults are `catalog::policy`'s).
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -83,22 +91,22 @@ const CLEANUP_EVERY: Duration = Duration::from_secs(3600);
 /// sweep.
 const QUEUED_AT_MOST: usize = 100_000;
 
+/// Most tables a sweep has queued for a full look and the scheduler has not yet taken:
+/// the sweep waits for room, so it holds a bounded part of a warehouse of any size.
+const SWEEP_QUEUED_AT_MOST: usize = 256;
+
+/// Quiet looks a sweep makes at once (each one store request, no dataset opened), so a
+/// far store's latency does not multiply by the warehouse's size.
+const QUIET_LOOKS_AT_ONCE: usize = 16;
+
 /// A table waiting for a look.
 struct Queued {
     id: Vec<String>,
     at: Instant,
     /// From a sweep: the fingerprint of the table's record and namespaces.
     listed: Option<u64>,
-}
-
-/// A table found with nothing due, and how to tell cheaply that it still has nothing due:
-/// its catalog fingerprint is the same, `probe` lists nothing (the manifest of its next
-/// version, or any manifest while it has none; no probe: maintenance is off for it), and
-/// `until` has not come (when old versions come of age for cleanup).
-struct Quiet {
-    listed: u64,
-    probe: Option<String>,
-    until_ms: u64,
+    /// From a sweep: its place among the sweep's queued tables, given back when taken.
+    _room: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// What to do for one table.
@@ -160,8 +168,10 @@ pub struct Maintainer {
     /// fingerprint of its catalog state (`Catalog::swept_tables_in`).
     queue: Mutex<HashMap<String, Queued>>,
     /// What the last full look found at each table a sweep brought, for the next sweep's
-    /// quiet look; by the sweep's key.
-    quiet: Mutex<HashMap<String, Quiet>>,
+    /// quiet look (`quiet::QuietBook`).
+    quiet: Mutex<QuietBook>,
+    /// Room for the tables a sweep queues (`SWEEP_QUEUED_AT_MOST`).
+    sweep_room: Arc<tokio::sync::Semaphore>,
     /// Tables this gateway is maintaining now (their own commits queue nothing).
     busy: Mutex<std::collections::HashSet<String>>,
     /// What each table was last found due for and not yet given (the metrics' gauge).
@@ -184,7 +194,8 @@ impl Maintainer {
             audit,
             settings,
             queue: Mutex::new(HashMap::new()),
-            quiet: Mutex::new(HashMap::new()),
+            quiet: Mutex::new(QuietBook::default()),
+            sweep_room: Arc::new(tokio::sync::Semaphore::new(SWEEP_QUEUED_AT_MOST)),
             busy: Mutex::new(Default::default()),
             due_now: Mutex::new(HashMap::new()),
             wake: tokio::sync::Notify::new(),
@@ -220,10 +231,18 @@ impl Maintainer {
             record.id.clone(),
             self.settings.delay,
             None,
+            None,
         );
     }
 
-    fn enqueue(&self, uid: String, id: Vec<String>, after: Duration, listed: Option<u64>) {
+    fn enqueue(
+        &self,
+        uid: String,
+        id: Vec<String>,
+        after: Duration,
+        listed: Option<u64>,
+        room: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         let at = Instant::now() + after;
         {
             let mut queue = lock(&self.queue);
@@ -234,10 +253,14 @@ impl Maintainer {
                 id: id.clone(),
                 at,
                 listed,
+                _room: None,
             });
             entry.id = id;
             entry.at = entry.at.min(at);
             entry.listed = entry.listed.and(listed);
+            if entry._room.is_none() {
+                entry._room = room;
+            }
         }
         self.wake.notify_one();
     }
@@ -291,7 +314,7 @@ impl Maintainer {
         }
     }
 
-    /// Queues every table, every `sweep_interval` (the first sweep a minute after start,
+    /// Sweeps every table, every `sweep_interval` (the first sweep a minute after start,
     /// or sooner with a shorter interval), on one gateway at a time: each cell's sweep is
     /// taken under its lease (`maintenance-sweep.json`) and not again within nine tenths of
     /// the interval by any gateway, so however many gateways serve the warehouse, each
@@ -306,71 +329,138 @@ impl Maintainer {
             if let Err(e) = &cells {
                 tracing::warn!(error = %e, "maintenance sweep could not list the buckets");
             }
+            let epoch = lock(&self.quiet).begin_sweep();
+            let mut complete = cells.is_ok();
             for cell in cells.unwrap_or_default() {
-                if let Err(e) = self.sweep_cell(&cell, spacing).await {
-                    tracing::warn!(error = %e, "maintenance sweep could not list the tables");
+                match self.sweep_cell(&cell, spacing).await {
+                    Ok(whole) => complete &= whole,
+                    Err(e) => {
+                        complete = false;
+                        tracing::warn!(error = %e, "maintenance sweep could not list the tables");
+                    }
                 }
             }
+            // Tables gone since the last sweep take their memos with them.
+            lock(&self.quiet).end_sweep(epoch, complete);
             tokio::time::sleep(self.settings.sweep_interval).await;
         }
     }
 
-    /// Queues every table of `cell`, if this gateway holds the cell's sweep now.
-    async fn sweep_cell(&self, cell: &str, spacing: Duration) -> Result<()> {
+    /// Sweeps every table of `cell`, if this gateway holds the cell's sweep now, renewing
+    /// the sweep's lease while it walks; whether it swept them all.
+    async fn sweep_cell(self: &Arc<Self>, cell: &str, spacing: Duration) -> Result<bool> {
         let key = Layout::maintenance_sweep_key(cell);
-        let Some(lease) = self
+        let Some(mut lease) = self
             .catalog
             .take_spaced(&key, "maintenance sweep", spacing)
             .await?
         else {
-            return Ok(());
+            return Ok(false);
         };
-        let ids = self.catalog.swept_tables_in(cell).await;
-        let queued = ids.is_ok();
-        if let Ok(ids) = ids.as_ref() {
-            let keys: std::collections::HashSet<String> =
-                ids.iter().map(|(id, _)| swept_key(id)).collect();
-            // Tables gone since the last sweep take their memory with them.
-            lock(&self.quiet)
-                .retain(|k, _| !k.starts_with(&swept_key_prefix(cell)) || keys.contains(k));
-            for (id, listed) in ids {
-                // Keyed by id until the look reads the uid: a table committed to
-                // meanwhile is looked at twice at most.
-                self.enqueue(swept_key(id), id.clone(), Duration::ZERO, Some(*listed));
+        let every = self.catalog.grace() / 3;
+        let catalog = self.catalog.clone();
+        let keep = async {
+            loop {
+                tokio::time::sleep(every).await;
+                match catalog.renew_lease(&mut lease).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not renew the maintenance sweep's lease")
+                    }
+                }
             }
-            crate::telemetry::maintenance_swept(ids.len());
-            tracing::debug!(tables = ids.len(), "maintenance sweep queued every table");
+        };
+        let walked = tokio::select! {
+            walked = self.sweep_tables(cell) => Some(walked),
+            () = keep => None,
+        };
+        match walked {
+            Some(Ok(())) => {
+                self.catalog.give_back_spaced(lease, true).await?;
+                Ok(true)
+            }
+            Some(Err(e)) => {
+                self.catalog.give_back_spaced(lease, false).await?;
+                Err(e)
+            }
+            None => {
+                tracing::warn!(
+                    cell,
+                    "the maintenance sweep's lease was taken over: sweep stopped"
+                );
+                Ok(false)
+            }
         }
-        self.catalog.give_back_spaced(lease, queued).await?;
-        ids.map(|_| ())
     }
 
-    /// Looks at table `id` for the scheduler: first quietly, when a sweep brought it and the
-    /// last look found nothing due (one store request, `None` when still so), else in full.
+    /// Walks a cell's tables page by page: a table unchanged since a look that found
+    /// nothing due gets a quiet look here; the others are queued for a full look, the walk
+    /// waiting while `SWEEP_QUEUED_AT_MOST` are.
+    async fn sweep_tables(self: &Arc<Self>, cell: &str) -> Result<()> {
+        use futures::StreamExt;
+        let namespaces = self.catalog.swept_namespaces(cell).await?;
+        let mut after: Option<String> = None;
+        loop {
+            let (tables, next) = self
+                .catalog
+                .swept_tables_page(cell, &namespaces, after.as_deref())
+                .await?;
+            crate::telemetry::maintenance_swept(tables.len());
+            futures::stream::iter(tables)
+                .for_each_concurrent(QUIET_LOOKS_AT_ONCE, |(id, listed)| async move {
+                    if self.quiet_look(&id, listed).await {
+                        return;
+                    }
+                    let room = self.sweep_room.clone().acquire_owned().await.ok();
+                    self.enqueue(swept_key(&id), id, Duration::ZERO, Some(listed), room);
+                })
+                .await;
+            match next {
+                Some(key) => after = Some(key),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// A sweep's quiet look at table `id`, listed with fingerprint `listed`: true when the
+    /// last look found nothing due, the fingerprint is the same, nothing has come due by
+    /// time and one listing shows no new version.
+    async fn quiet_look(&self, id: &[String], listed: u64) -> bool {
+        let key = QuietBook::key_of(&swept_key(id));
+        let Some(memo) = lock(&self.quiet).quiet(key, listed, now_ms()) else {
+            return false;
+        };
+        let folder = match memo.folder {
+            Some(folder) => folder.to_string(),
+            None => match default_data_key(self.catalog.layout(), id) {
+                Some(folder) => folder,
+                None => return false,
+            },
+        };
+        let unchanged = match memo.probe.key_in(&folder) {
+            None => true,
+            Some(probe) => {
+                let page = self.catalog.store().list(&probe, None, 1, false).await;
+                page.is_ok_and(|p| p.keys.is_empty())
+            }
+        };
+        if unchanged {
+            crate::telemetry::maintenance_look(true);
+        } else {
+            lock(&self.quiet).forget(key);
+        }
+        unchanged
+    }
+
+    /// Looks at table `id` for the scheduler (a sweep's table: in full, its quiet look
+    /// having found a change or no memo).
     async fn look(
         &self,
         key: &str,
         id: &[String],
         listed: Option<u64>,
     ) -> Result<Option<TableReport>> {
-        let memo = lock(&self.quiet).remove(key);
-        if let (Some(listed), Some(memo)) = (listed, memo)
-            && memo.listed == listed
-            && now_ms() < memo.until_ms
-        {
-            let unchanged = match &memo.probe {
-                None => true,
-                Some(probe) => {
-                    let page = self.catalog.store().list(probe, None, 1, false).await;
-                    page.is_ok_and(|p| p.keys.is_empty())
-                }
-            };
-            if unchanged {
-                crate::telemetry::maintenance_look(true);
-                lock(&self.quiet).insert(key.to_string(), memo);
-                return Ok(None);
-            }
-        }
         let remember = listed.map(|listed| (key, listed));
         self.maintain_remembering(id, &How::default(), remember)
             .await
@@ -384,21 +474,20 @@ impl Maintainer {
 
     /// Notes that table `key` (as a sweep keys it) had nothing due when the sweep's
     /// fingerprint was `listed`, and what will show a change.
-    fn remember_quiet(&self, remember: Option<(&str, u64)>, probe: Option<String>, until_ms: u64) {
+    fn remember_quiet(
+        &self,
+        remember: Option<(&str, u64)>,
+        record: &TableRecord,
+        probe: Probe,
+        until_ms: u64,
+    ) {
         let Some((key, listed)) = remember else {
             return;
         };
-        let mut quiet = lock(&self.quiet);
-        if quiet.len() < QUEUED_AT_MOST || quiet.contains_key(key) {
-            quiet.insert(
-                key.to_string(),
-                Quiet {
-                    listed,
-                    probe,
-                    until_ms,
-                },
-            );
-        }
+        let odd = (default_data_key(self.catalog.layout(), &record.id).as_deref()
+            != Some(record.data_key.as_str()))
+        .then_some(record.data_key.as_str());
+        lock(&self.quiet).remember(QuietBook::key_of(key), listed, probe, odd, until_ms);
     }
 
     async fn maintain_remembering(
@@ -414,7 +503,7 @@ impl Maintainer {
             Err(e) => return Ok(TableReport::skipped(id, e.message)),
         };
         if !policy.any() {
-            self.remember_quiet(remember, None, u64::MAX);
+            self.remember_quiet(remember, &record, Probe::None, u64::MAX);
             return Ok(TableReport::skipped(
                 id,
                 "maintenance is off for this table",
@@ -422,8 +511,7 @@ impl Maintainer {
         }
         let policy = limit_to(policy, &how.tasks);
         let Some(assessment) = self.assess(&record, &policy).await? else {
-            let probe = format!("{}/_versions/", record.data_key);
-            self.remember_quiet(remember, Some(probe), u64::MAX);
+            self.remember_quiet(remember, &record, Probe::AnyManifest, u64::MAX);
             return Ok(TableReport::skipped(id, "the table holds no data yet"));
         };
         let upkeep = self.catalog.upkeep(&record).await?.map(|r| r.state);
@@ -437,10 +525,11 @@ impl Maintainer {
         };
         if due.is_empty() {
             self.remember_due(&record.uid, Vec::new());
-            if !how.dry_run {
-                let probe = format!("{}/{}", record.data_key, assessment.next_manifest);
+            if !how.dry_run
+                && let Some(probe) = Probe::of_next_manifest(&assessment.next_manifest)
+            {
                 let until = quiet_until(&assessment, &policy);
-                self.remember_quiet(remember, Some(probe), until);
+                self.remember_quiet(remember, &record, probe, until);
             }
             return Ok(report);
         }
@@ -869,12 +958,16 @@ fn swept_key(id: &[String]) -> String {
     format!("id:{}", crate::catalog::names::join(id, "\u{0}"))
 }
 
-/// The start of the sweep keys of a cell's tables.
-fn swept_key_prefix(cell: &str) -> String {
-    match cell.strip_suffix('/') {
-        Some(bucket) => format!("id:{bucket}\u{0}"),
-        None => "id:".to_string(),
-    }
+/// The data folder the gateway would pick for table `id` (`Layout::default_data_key`):
+/// where a quiet look finds most tables without keeping their folder.
+fn default_data_key(layout: &Layout, id: &[String]) -> Option<String> {
+    let placed = layout.place(id).ok()?;
+    let (name, namespace) = placed.rel.split_last()?;
+    let parent = crate::catalog::layout::Placed {
+        cell: placed.cell.clone(),
+        rel: namespace,
+    };
+    Some(Layout::default_data_key(&parent, name, ""))
 }
 
 /// Until when a table found not due stays so unless it commits: for ever, unless cleanup

@@ -1,0 +1,302 @@
+//! What the last look found at each table a sweep brought, for the next sweep's quiet look,
+//! kept small enough for a warehouse of a million tables: 32 bytes a table (a sorted
+//! vector, searched by a hash of the table's sweep key), and the table's data folder only
+//! when it is not the one its id names.
+//!
+//! A memo says: when the sweep last saw this table's catalog fingerprint `listed`, a look
+//! found nothing due, and nothing will be due until `until` unless `probe` (the manifest
+//! its next version would have, or any manifest while it has none) appears.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+/// What a quiet look lists to tell that a table has not changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Probe {
+    /// Nothing: maintenance is off for the table.
+    None,
+    /// Any manifest (`_versions/`): the table holds no data yet.
+    AnyManifest,
+    /// The manifest of version `version`, in the V2 naming scheme when `v2`.
+    Version { version: u64, v2: bool },
+}
+
+const PROBE_NONE: u64 = u64::MAX;
+const PROBE_ANY: u64 = u64::MAX - 1;
+const V2: u64 = 1 << 63;
+
+impl Probe {
+    fn pack(self) -> u64 {
+        match self {
+            Probe::None => PROBE_NONE,
+            Probe::AnyManifest => PROBE_ANY,
+            Probe::Version { version, v2 } => (version & !V2) | if v2 { V2 } else { 0 },
+        }
+    }
+
+    fn unpack(v: u64) -> Self {
+        match v {
+            PROBE_NONE => Probe::None,
+            PROBE_ANY => Probe::AnyManifest,
+            v => Probe::Version {
+                version: v & !V2,
+                v2: v & V2 != 0,
+            },
+        }
+    }
+
+    /// The manifest `folder/_versions/...` a quiet look lists (none for `Probe::None`).
+    pub(super) fn key_in(self, folder: &str) -> Option<String> {
+        match self {
+            Probe::None => None,
+            Probe::AnyManifest => Some(format!("{folder}/_versions/")),
+            Probe::Version { version, v2: true } => Some(format!(
+                "{folder}/_versions/{:020}.manifest",
+                u64::MAX - version
+            )),
+            Probe::Version { version, v2: false } => {
+                Some(format!("{folder}/_versions/{version}.manifest"))
+            }
+        }
+    }
+
+    /// The probe for the manifest key `next` (`_versions/<file>`, as `data::maintain`
+    /// names the next version's); `None` when it is not a manifest name.
+    pub(super) fn of_next_manifest(next: &str) -> Option<Self> {
+        let file = next.strip_prefix("_versions/")?.strip_suffix(".manifest")?;
+        let n: u64 = file.parse().ok()?;
+        let v2 = file.len() == 20;
+        let version = if v2 { u64::MAX - n } else { n };
+        (version & V2 == 0).then_some(Probe::Version { version, v2 })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Memo {
+    key: u64,
+    listed: u64,
+    probe: u64,
+    /// Minutes since the epoch until which nothing comes due (`u32::MAX`: never).
+    until_min: u32,
+    /// The sweep that last saw it (`DEAD`: forgotten, removed at the next merge).
+    seen: u32,
+}
+
+const DEAD: u32 = u32::MAX;
+
+/// The memos of one gateway's sweeps.
+#[derive(Default)]
+pub(super) struct QuietBook {
+    /// By key; written in place.
+    sorted: Vec<Memo>,
+    /// Written since the last merge into `sorted`.
+    fresh: HashMap<u64, Memo>,
+    /// Data folders of tables whose folder is not the one their id names.
+    odd: HashMap<u64, Box<str>>,
+    epoch: u32,
+}
+
+/// A quiet look's answer: what to list, in which folder (`None`: the one the id names).
+pub(super) struct Quiet {
+    pub probe: Probe,
+    pub folder: Option<Box<str>>,
+}
+
+impl QuietBook {
+    /// The book's key for a table's sweep key.
+    pub(super) fn key_of(swept: &str) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        swept.hash(&mut h);
+        h.finish()
+    }
+
+    /// Starts a sweep; its number, for `end_sweep`.
+    pub(super) fn begin_sweep(&mut self) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1) % DEAD;
+        self.epoch
+    }
+
+    /// The memo of `key`, if the table's fingerprint is still `listed` and nothing has come
+    /// due by time (`now_ms`); the sweep under way counts it as seen.
+    pub(super) fn quiet(&mut self, key: u64, listed: u64, now_ms: u64) -> Option<Quiet> {
+        let epoch = self.epoch;
+        let memo = match self.fresh.get_mut(&key) {
+            Some(m) => m,
+            None => {
+                let at = self.sorted.binary_search_by_key(&key, |m| m.key).ok()?;
+                &mut self.sorted[at]
+            }
+        };
+        let now_min = (now_ms / 60_000).min(u64::from(u32::MAX - 1)) as u32;
+        if memo.seen == DEAD || memo.listed != listed || now_min >= memo.until_min {
+            return None;
+        }
+        memo.seen = epoch;
+        let probe = Probe::unpack(memo.probe);
+        Some(Quiet {
+            probe,
+            folder: self.odd.get(&key).cloned(),
+        })
+    }
+
+    /// Notes that table `key` had nothing due at fingerprint `listed`, what will show a
+    /// change, its data folder when not the one its id names, and until when.
+    pub(super) fn remember(
+        &mut self,
+        key: u64,
+        listed: u64,
+        probe: Probe,
+        odd_folder: Option<&str>,
+        until_ms: u64,
+    ) {
+        let until_min = if until_ms == u64::MAX {
+            u32::MAX
+        } else {
+            (until_ms / 60_000).min(u64::from(u32::MAX - 1)) as u32
+        };
+        let memo = Memo {
+            key,
+            listed,
+            probe: probe.pack(),
+            until_min,
+            seen: self.epoch,
+        };
+        match self.sorted.binary_search_by_key(&key, |m| m.key) {
+            Ok(at) => self.sorted[at] = memo,
+            Err(_) => {
+                self.fresh.insert(key, memo);
+            }
+        }
+        match odd_folder {
+            Some(f) => {
+                self.odd.insert(key, f.into());
+            }
+            None => {
+                self.odd.remove(&key);
+            }
+        }
+        // Merged while small, so the map never holds a large share of the tables.
+        if self.fresh.len() >= (self.sorted.len() / 8).max(4096) {
+            self.merge(None);
+        }
+    }
+
+    /// Forgets table `key` (a look found it changed).
+    pub(super) fn forget(&mut self, key: u64) {
+        self.fresh.remove(&key);
+        if let Ok(at) = self.sorted.binary_search_by_key(&key, |m| m.key) {
+            self.sorted[at].seen = DEAD;
+        }
+        self.odd.remove(&key);
+    }
+
+    /// Ends sweep `epoch`: when it listed every table, the memos of tables it did not see
+    /// (gone since) are dropped.
+    pub(super) fn end_sweep(&mut self, epoch: u32, complete: bool) {
+        self.merge(complete.then_some(epoch));
+    }
+
+    /// Moves `fresh` into `sorted` in place (and, with `keep_seen`, drops what that sweep
+    /// did not see, besides the forgotten).
+    fn merge(&mut self, keep_seen: Option<u32>) {
+        let fresh = std::mem::take(&mut self.fresh);
+        self.sorted.reserve_exact(fresh.len());
+        self.sorted.extend(fresh.into_values());
+        self.sorted.sort_unstable_by_key(|m| m.key);
+        let odd = &mut self.odd;
+        self.sorted.retain(|m| {
+            let keep = m.seen != DEAD && keep_seen.is_none_or(|e| m.seen == e);
+            if !keep {
+                odd.remove(&m.key);
+            }
+            keep
+        });
+        if self.sorted.capacity() > 2 * self.sorted.len() + 4096 {
+            self.sorted.shrink_to_fit();
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.sorted.len() + self.fresh.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    #[test]
+    fn a_memo_answers_only_for_its_fingerprint_and_time() {
+        let mut book = QuietBook::default();
+        book.begin_sweep();
+        let probe = Probe::Version {
+            version: 7,
+            v2: true,
+        };
+        book.remember(1, 100, probe, None, NOW + 3_600_000);
+        let q = book.quiet(1, 100, NOW).expect("quiet while unchanged");
+        assert_eq!(q.probe, probe);
+        assert!(q.folder.is_none());
+        assert!(book.quiet(1, 101, NOW).is_none(), "fingerprint changed");
+        assert!(book.quiet(2, 100, NOW).is_none(), "never looked at");
+        assert!(
+            book.quiet(1, 100, NOW + 3_600_000).is_none(),
+            "its time came"
+        );
+        book.forget(1);
+        assert!(book.quiet(1, 100, NOW).is_none(), "forgotten");
+    }
+
+    #[test]
+    fn a_table_not_seen_by_a_whole_sweep_is_dropped() {
+        let mut book = QuietBook::default();
+        let first = book.begin_sweep();
+        for key in 0..10_000u64 {
+            book.remember(key, key, Probe::AnyManifest, None, u64::MAX);
+        }
+        book.remember(5, 5, Probe::None, Some("elsewhere/t.lance"), u64::MAX);
+        book.end_sweep(first, true);
+        assert_eq!(book.len(), 10_000);
+        let second = book.begin_sweep();
+        for key in (0..10_000u64).filter(|k| k % 2 == 1) {
+            assert!(book.quiet(key, key, NOW).is_some(), "{key}");
+        }
+        // A sweep cut short drops nothing.
+        book.end_sweep(second, false);
+        assert_eq!(book.len(), 10_000);
+        let third = book.begin_sweep();
+        for key in (0..10_000u64).filter(|k| k % 2 == 1) {
+            assert!(book.quiet(key, key, NOW).is_some(), "{key}");
+        }
+        book.end_sweep(third, true);
+        assert_eq!(book.len(), 5_000);
+        assert!(book.quiet(4, 4, NOW).is_none());
+        let q = book.quiet(5, 5, NOW).expect("kept");
+        assert_eq!(q.probe, Probe::None);
+        assert_eq!(q.folder.as_deref(), Some("elsewhere/t.lance"));
+    }
+
+    #[test]
+    fn probes_name_the_manifest_the_next_version_would_have() {
+        for next in [
+            "_versions/8.manifest",
+            "_versions/18446744073709551607.manifest",
+        ] {
+            let probe = Probe::of_next_manifest(next).expect(next);
+            assert_eq!(
+                probe.key_in("n/t.lance").unwrap(),
+                format!("n/t.lance/{next}")
+            );
+            assert_eq!(Probe::unpack(probe.pack()), probe);
+        }
+        assert_eq!(Probe::of_next_manifest("_versions/x.manifest"), None);
+        assert_eq!(
+            Probe::AnyManifest.key_in("t.lance").unwrap(),
+            "t.lance/_versions/"
+        );
+        assert_eq!(Probe::None.key_in("t.lance"), None);
+    }
+}
