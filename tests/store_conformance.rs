@@ -527,6 +527,96 @@ async fn fs_store_reads_every_write_of_the_same_size_whoever_wrote_it() {
     assert!(a.get("r.json").await.unwrap().is_none());
 }
 
+/// Every key under `prefix`, walked in pages of `limit`.
+async fn walk(store: &DynStore, prefix: &str, limit: usize) -> Vec<String> {
+    let (mut keys, mut after) = (Vec::new(), None::<String>);
+    loop {
+        let page = store
+            .list(prefix, after.as_deref(), limit, false)
+            .await
+            .unwrap();
+        after = page.keys.last().cloned();
+        keys.extend(page.keys);
+        if !page.more {
+            return keys;
+        }
+    }
+}
+
+/// Backdates a folder's modification time, as if nothing had changed in it for a minute.
+fn settle(dir: &std::path::Path) {
+    let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    std::fs::File::open(dir)
+        .unwrap()
+        .set_modified(minute_ago)
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_store_lists_a_large_settled_folder_exactly_across_handles() {
+    // A folder of thousands of entries, unchanged for a while, is listed page by page from
+    // its sorted entries kept in memory: every change, by this handle or another process,
+    // shows in the next listing.
+    let dir = tempfile::tempdir().unwrap();
+    let a: DynStore = Arc::new(FsStore::open_with_sync(dir.path(), false).unwrap());
+    let other: DynStore = Arc::new(FsStore::open_with_sync(dir.path(), false).unwrap());
+    let mut expected: Vec<String> = (0..3000).map(|i| format!("big/t{i:05}.json")).collect();
+    // A folder among the files sorts as its keys do ("t01500-x.json" < "t01500.json" <
+    // "t01500/x.json" < "t01501.json").
+    expected.extend(["big/t01500/x.json".into(), "big/t01500-x.json".into()]);
+    for key in &expected {
+        a.put(key, b(key), Condition::None).await.unwrap();
+    }
+    expected.sort();
+    settle(&dir.path().join("big"));
+    for limit in [1000, 100, 7] {
+        assert_eq!(walk(&a, "big/", limit).await, expected, "pages of {limit}");
+    }
+    // From the middle, and with a narrower prefix.
+    let page = a.list("big/", Some("big/t01500/"), 3, false).await.unwrap();
+    assert_eq!(
+        page.keys,
+        ["big/t01500/x.json", "big/t01501.json", "big/t01502.json"]
+    );
+    let page = a
+        .list("big/", Some("big/t01499.json"), 4, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.keys,
+        [
+            "big/t01500-x.json",
+            "big/t01500.json",
+            "big/t01500/x.json",
+            "big/t01501.json"
+        ]
+    );
+    let page = a.list("big/t0299", None, 100, false).await.unwrap();
+    assert_eq!(page.keys.len(), 10);
+    assert!(!page.more);
+
+    // Another process adds and removes entries: the next listing has them.
+    other
+        .put("big/t00042a.json", b("x"), Condition::None)
+        .await
+        .unwrap();
+    other
+        .delete("big/t00007.json", Condition::None)
+        .await
+        .unwrap();
+    expected.push("big/t00042a.json".into());
+    expected.retain(|k| k != "big/t00007.json");
+    expected.sort();
+    assert_eq!(walk(&a, "big/", 100).await, expected);
+    // Settled again, and changed by this handle.
+    settle(&dir.path().join("big"));
+    assert_eq!(walk(&a, "big/", 100).await, expected);
+    a.delete("big/t02999.json", Condition::None).await.unwrap();
+    expected.retain(|k| k != "big/t02999.json");
+    assert_eq!(walk(&other, "big/", 100).await, expected);
+    assert_eq!(walk(&a, "big/", 100).await, expected);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_store_is_consistent_across_two_handles() {
     // Two handles on one folder stand in for two processes: the lock is a file lock.

@@ -78,7 +78,31 @@ struct Inner {
     last_stamp: AtomicU64,
     /// Bodies read lately, by path, with the stamp and tag they were read at.
     recent: RwLock<HashMap<PathBuf, (Stamp, String, Bytes)>>,
+    /// Large folders' entries in key order, kept while the folder is unchanged.
+    folders: Mutex<Folders>,
 }
+
+/// A folder's entries in key order: each name, and whether it is a folder (which sorts as
+/// `name/`, as the keys under it do).
+type Sorted = Arc<[(Box<str>, bool)]>;
+
+/// The sorted entries of folders of `BIG_FOLDER` entries or more, each with the folder's
+/// modification time when read, so a page of a listing through a namespace of 100 000
+/// tables reads one `stat` and its own entries, not the whole folder again.
+///
+/// Kept only when the folder's modification time was over `SETTLED` old when it was read:
+/// the kernel stamps a folder with a clock that may tick only every few milliseconds, so a
+/// change right after a read might leave the time as it was; past `SETTLED`, any change
+/// moves it.
+#[derive(Default)]
+struct Folders {
+    by_path: HashMap<PathBuf, (SystemTime, Sorted)>,
+    names: usize,
+}
+
+const BIG_FOLDER: usize = 2048;
+const FOLDER_NAMES_AT_MOST: usize = 400_000;
+const SETTLED: Duration = Duration::from_secs(2);
 
 /// What a file's tag is made of: inode, size, modification time (s, ns).
 type Stamp = (u64, u64, i64, i64);
@@ -122,6 +146,7 @@ impl FsStore {
                 links,
                 last_stamp: AtomicU64::new(0),
                 recent: RwLock::new(HashMap::new()),
+                folders: Mutex::new(Folders::default()),
             }),
         };
         let removed = store
@@ -150,6 +175,7 @@ impl FsStore {
                 links: true,
                 last_stamp: AtomicU64::new(0),
                 recent: RwLock::new(HashMap::new()),
+                folders: Mutex::new(Folders::default()),
             }),
         })
     }
@@ -633,6 +659,82 @@ impl Inner {
         })
     }
 
+    /// The entries of `dir` in key order (empty when it does not exist), from `folders`
+    /// while the folder is unchanged.
+    fn sorted_entries(&self, dir: &Path, key_prefix: &str) -> StoreResult<Sorted> {
+        let modified = match fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => meta.modified().ok(),
+            Ok(_) => return Ok(Arc::from(Vec::new())),
+            Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
+                return Ok(Arc::from(Vec::new()));
+            }
+            Err(e) => return Err(io(e)),
+        };
+        if let Some(at) = modified {
+            let folders = self.folders.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((seen, sorted)) = folders.by_path.get(dir)
+                && *seen == at
+            {
+                return Ok(sorted.clone());
+            }
+        }
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
+                return Ok(Arc::from(Vec::new()));
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let mut found: Vec<(Box<str>, bool)> = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io)?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if name.starts_with(LEGACY_TMP_PREFIX) || name == LOCK_FILE {
+                continue;
+            }
+            if key_prefix.len() + name.len() == TMP_DIR.len()
+                && format!("{key_prefix}{name}") == TMP_DIR
+            {
+                continue;
+            }
+            let is_dir = entry.file_type().map_err(io)?.is_dir();
+            found.push((name.into_boxed_str(), is_dir));
+        }
+        // A folder sorts as `name/`: "a-b" before "a/x" ('-' is below '/').
+        found.sort_unstable_by(|(a, a_dir), (b, b_dir)| {
+            let a = a.bytes().chain(a_dir.then_some(b'/'));
+            let b = b.bytes().chain(b_dir.then_some(b'/'));
+            a.cmp(b)
+        });
+        let sorted: Sorted = Arc::from(found);
+        // Unchanged since before the read, and settled: kept.
+        let settled = modified.filter(|at| {
+            SystemTime::now()
+                .duration_since(*at)
+                .is_ok_and(|age| age > SETTLED)
+        });
+        if sorted.len() >= BIG_FOLDER
+            && let Some(at) = settled
+            && fs::metadata(dir).ok().and_then(|m| m.modified().ok()) == Some(at)
+        {
+            let mut folders = self.folders.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, old)) = folders.by_path.remove(dir) {
+                folders.names -= old.len();
+            }
+            if folders.names + sorted.len() > FOLDER_NAMES_AT_MOST {
+                folders.by_path.clear();
+                folders.names = 0;
+            }
+            folders.names += sorted.len();
+            folders
+                .by_path
+                .insert(dir.to_path_buf(), (at, sorted.clone()));
+        }
+        Ok(sorted)
+    }
+
     /// Collects into `out`, in key order, the keys under `dir` (whose keys begin
     /// `key_prefix`) that `want` asks for, and stops once it has `want.count`. A folder none
     /// of whose keys can be wanted (all before `after`, or outside `prefix`) is not read, so
@@ -645,59 +747,53 @@ impl Inner {
         want: &Want,
         out: &mut Vec<String>,
     ) -> StoreResult<()> {
-        let entries = match fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
-                return Ok(());
+        let sorted = self.sorted_entries(dir, key_prefix)?;
+        // Where the page starts: past every entry wholly before `after`, but at the last of
+        // them if it is the folder `after` is in (only it can be an ancestor of `after`).
+        let key_of = |(name, is_dir): &(Box<str>, bool)| {
+            let mut key = format!("{key_prefix}{name}");
+            if *is_dir {
+                key.push('/');
             }
-            Err(e) => return Err(io(e)),
+            key
         };
-        // Each entry by the keys it stands for: a file by its key, a folder by its key
-        // prefix (`name/`), which sorts them as the keys under them sort ("a-b" before
-        // "a/x": '-' is below '/').
-        let mut found: Vec<(String, bool)> = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(io)?;
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if name.starts_with(LEGACY_TMP_PREFIX) || name == LOCK_FILE {
-                continue;
+        let start = match want.after {
+            Some(a) => {
+                let past = sorted.partition_point(|e| key_of(e).as_str() <= a);
+                match past.checked_sub(1).map(|i| (i, &sorted[i])) {
+                    Some((i, e)) if e.1 && a.starts_with(key_of(e).as_str()) => i,
+                    _ => past,
+                }
             }
-            let key = format!("{key_prefix}{name}");
-            if key == TMP_DIR {
-                continue;
+            None => 0,
+        };
+        for entry in &sorted[start..] {
+            if out.len() >= want.count {
+                break;
             }
-            let is_dir = entry.file_type().map_err(io)?.is_dir();
+            let key = key_of(entry);
+            let is_dir = entry.1;
             if is_dir {
                 if want.shallow {
                     continue;
                 }
-                let folder = format!("{key}/");
-                // Keys under it begin with `folder`: wanted only if that agrees with the
+                // Keys under it begin with `key`: wanted only if that agrees with the
                 // prefix, and some of them may come after `after`.
                 let in_prefix =
-                    folder.starts_with(want.prefix) || want.prefix.starts_with(folder.as_str());
+                    key.starts_with(want.prefix) || want.prefix.starts_with(key.as_str());
                 let past = want
                     .after
-                    .is_none_or(|a| folder.as_str() > a || a.starts_with(folder.as_str()));
+                    .is_none_or(|a| key.as_str() > a || a.starts_with(key.as_str()));
                 if in_prefix && past {
-                    found.push((folder, true));
+                    let path = dir.join(&*entry.0);
+                    self.walk_in_order(&path, &key, want, out)?;
+                } else if !in_prefix && key.as_str() > want.prefix {
+                    break;
                 }
             } else if key.starts_with(want.prefix) && want.after.is_none_or(|a| key.as_str() > a) {
-                found.push((key, false));
-            }
-        }
-        found.sort_unstable();
-        for (key, is_dir) in found {
-            if out.len() >= want.count {
-                break;
-            }
-            if is_dir {
-                let path = dir.join(key[key_prefix.len()..].trim_end_matches('/'));
-                self.walk_in_order(&path, &key, want, out)?;
-            } else {
                 out.push(key);
+            } else if key.as_str() > want.prefix && !key.starts_with(want.prefix) {
+                break;
             }
         }
         Ok(())
