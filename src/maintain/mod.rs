@@ -14,7 +14,8 @@
 //!   are, and by the gateway that remembers it. The sweep lists the table records and the
 //!   namespace records with their ETags (two listings, paged); a table whose fingerprint
 //!   is unchanged since a look that found nothing due gets a quiet look: one listing of
-//!   the manifest its next version would have (`quiet::QuietBook`). Only when that exists,
+//!   the manifest its next version would have, or under V2 naming of its newest manifest
+//!   (`quiet::QuietBook`, `quiet::Listing`). Only when a newer version shows,
 //!   or the fingerprint changed, or old versions come of age for cleanup, is the table
 //!   queued for a full look and its dataset opened.
 //! - **The same at a million tables.** The sweep walks a page of tables at a time, makes
@@ -246,7 +247,8 @@ impl Maintainer {
         let at = Instant::now() + after;
         {
             let mut queue = lock(&self.queue);
-            if queue.len() >= QUEUED_AT_MOST && !queue.contains_key(&uid) {
+            // A sweep's table (it holds room in the sweep's own bound) is never turned away.
+            if room.is_none() && queue.len() >= QUEUED_AT_MOST && !queue.contains_key(&uid) {
                 return;
             }
             let entry = queue.entry(uid).or_insert(Queued {
@@ -438,11 +440,15 @@ impl Maintainer {
                 None => return false,
             },
         };
-        let unchanged = match memo.probe.key_in(&folder) {
+        let unchanged = match memo.probe.listing(&folder) {
             None => true,
-            Some(probe) => {
-                let page = self.catalog.store().list(&probe, None, 1, false).await;
-                page.is_ok_and(|p| p.keys.is_empty())
+            Some(listing) => {
+                let page = self
+                    .catalog
+                    .store()
+                    .list(&listing.prefix, None, 1, false)
+                    .await;
+                page.is_ok_and(|p| listing.unchanged(p.keys.first().map(String::as_str)))
             }
         };
         if unchanged {

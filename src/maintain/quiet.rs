@@ -60,6 +60,26 @@ impl Probe {
         }
     }
 
+    /// What a quiet look lists in `folder` (one key, under the listing's prefix), and how it
+    /// reads the answer; `None` for `Probe::None`, which lists nothing.
+    pub(super) fn listing(self, folder: &str) -> Option<Listing> {
+        let probe = self.key_in(folder)?;
+        Some(match self {
+            // V2 names sort newest first: the first manifest listed is the table's latest,
+            // and the table is unchanged while that is older than the probe's. A version
+            // written and then cleaned up (by a short retention) behind a newer one still
+            // shows, where looking for its own manifest would find nothing.
+            Probe::Version { v2: true, .. } => Listing {
+                prefix: format!("{folder}/_versions/"),
+                older_than: Some(probe),
+            },
+            _ => Listing {
+                prefix: probe,
+                older_than: None,
+            },
+        })
+    }
+
     /// The probe for the manifest key `next` (`_versions/<file>`, as `data::maintain`
     /// names the next version's); `None` when it is not a manifest name.
     pub(super) fn of_next_manifest(next: &str) -> Option<Self> {
@@ -67,7 +87,28 @@ impl Probe {
         let n: u64 = file.parse().ok()?;
         let v2 = file.len() == 20;
         let version = if v2 { u64::MAX - n } else { n };
-        (version & V2 == 0).then_some(Probe::Version { version, v2 })
+        // Versions from 2^63 - 2 up would pack onto the markers (or the V2 bit): no table
+        // reaches them, and such a table is simply looked at in full.
+        (version < V2 - 2).then_some(Probe::Version { version, v2 })
+    }
+}
+
+/// A quiet look's listing: the first key under `prefix`.
+pub(super) struct Listing {
+    pub prefix: String,
+    /// When set, the table is unchanged while the first key sorts after this one (V2
+    /// naming: an older version); otherwise while there is none.
+    older_than: Option<String>,
+}
+
+impl Listing {
+    /// Whether the first key listed (`None`: none) says the table is unchanged.
+    pub(super) fn unchanged(&self, first: Option<&str>) -> bool {
+        match (first, &self.older_than) {
+            (None, _) => true,
+            (Some(key), Some(probe)) => key > probe.as_str(),
+            (Some(_), None) => false,
+        }
     }
 }
 
@@ -83,6 +124,11 @@ struct Memo {
 }
 
 const DEAD: u32 = u32::MAX;
+
+/// Sweeps a memo may go unseen before it is dropped even when no sweep was whole (a gateway
+/// that sweeps some cells of an endpoint-mode warehouse and not others never has a whole
+/// one): the book holds the tables of its recent sweeps, not every table it ever saw.
+const UNSEEN_SWEEPS_AT_MOST: u32 = 8;
 
 /// The memos of one gateway's sweeps.
 #[derive(Default)]
@@ -196,16 +242,21 @@ impl QuietBook {
         self.merge(complete.then_some(epoch));
     }
 
-    /// Moves `fresh` into `sorted` in place (and, with `keep_seen`, drops what that sweep
-    /// did not see, besides the forgotten).
+    /// Moves `fresh` into `sorted` in place, dropping the forgotten and (with `keep_seen`)
+    /// what that sweep did not see, or else what no sweep saw for `UNSEEN_SWEEPS_AT_MOST`.
     fn merge(&mut self, keep_seen: Option<u32>) {
+        let epoch = self.epoch;
         let fresh = std::mem::take(&mut self.fresh);
         self.sorted.reserve_exact(fresh.len());
         self.sorted.extend(fresh.into_values());
         self.sorted.sort_unstable_by_key(|m| m.key);
         let odd = &mut self.odd;
         self.sorted.retain(|m| {
-            let keep = m.seen != DEAD && keep_seen.is_none_or(|e| m.seen == e);
+            let keep = m.seen != DEAD
+                && match keep_seen {
+                    Some(e) => m.seen == e,
+                    None => epoch.wrapping_sub(m.seen) <= UNSEEN_SWEEPS_AT_MOST,
+                };
             if !keep {
                 odd.remove(&m.key);
             }
@@ -298,5 +349,71 @@ mod tests {
             "t.lance/_versions/"
         );
         assert_eq!(Probe::None.key_in("t.lance"), None);
+        // Versions that would pack onto the markers are not remembered.
+        for v in [u64::MAX / 2 - 1, u64::MAX / 2] {
+            let v2_name = format!("_versions/{:020}.manifest", u64::MAX - v);
+            assert_eq!(Probe::of_next_manifest(&v2_name), None, "{v}");
+        }
+    }
+
+    #[test]
+    fn a_v2_probe_sees_a_newer_version_whose_predecessor_was_cleaned_up() {
+        let name = |v: u64| format!("t.lance/_versions/{:020}.manifest", u64::MAX - v);
+        // The table was at version 5; the next would be 6.
+        let listing = Probe::of_next_manifest(&name(6)["t.lance/".len()..])
+            .unwrap()
+            .listing("t.lance")
+            .unwrap();
+        assert_eq!(listing.prefix, "t.lance/_versions/");
+        assert!(listing.unchanged(Some(&name(5))), "still at 5");
+        assert!(listing.unchanged(None), "no manifest listed");
+        assert!(!listing.unchanged(Some(&name(6))), "6 written");
+        assert!(
+            !listing.unchanged(Some(&name(7))),
+            "6 and 7 written, 6 cleaned up"
+        );
+        // V1 names do not sort by version: the next manifest itself is looked for.
+        let v1 = Probe::of_next_manifest("_versions/6.manifest")
+            .unwrap()
+            .listing("t.lance")
+            .unwrap();
+        assert_eq!(v1.prefix, "t.lance/_versions/6.manifest");
+        assert!(v1.unchanged(None));
+        assert!(!v1.unchanged(Some("t.lance/_versions/6.manifest")));
+        let any = Probe::AnyManifest.listing("t.lance").unwrap();
+        assert!(any.unchanged(None));
+        assert!(!any.unchanged(Some(&name(1))));
+        assert!(Probe::None.listing("t.lance").is_none());
+    }
+
+    #[test]
+    fn memos_unseen_for_many_sweeps_go_even_when_no_sweep_is_whole() {
+        let mut book = QuietBook::default();
+        let first = book.begin_sweep();
+        for key in 0..100u64 {
+            book.remember(key, key, Probe::AnyManifest, None, u64::MAX);
+        }
+        book.end_sweep(first, false);
+        // Later sweeps, none whole, see only the even tables (the odd ones are in a cell
+        // another gateway sweeps now).
+        for _ in 0..UNSEEN_SWEEPS_AT_MOST {
+            let e = book.begin_sweep();
+            for key in (0..100u64).filter(|k| k % 2 == 0) {
+                assert!(book.quiet(key, key, NOW).is_some(), "{key}");
+            }
+            book.end_sweep(e, false);
+        }
+        assert_eq!(
+            book.len(),
+            100,
+            "unseen for {UNSEEN_SWEEPS_AT_MOST} sweeps: kept"
+        );
+        let e = book.begin_sweep();
+        for key in (0..100u64).filter(|k| k % 2 == 0) {
+            assert!(book.quiet(key, key, NOW).is_some(), "{key}");
+        }
+        book.end_sweep(e, false);
+        assert_eq!(book.len(), 50);
+        assert!(book.quiet(1, 1, NOW).is_none());
     }
 }
