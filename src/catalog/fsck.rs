@@ -109,6 +109,38 @@ fn overlap(a: &str, b: &str) -> bool {
     within(a, b) || within(b, a)
 }
 
+/// Data folders, sorted, asked whether a folder overlaps any of them in logarithmic time: a
+/// warehouse of a million tables with data is checked without comparing every dataset
+/// with every table.
+struct FolderIndex<'a>(Vec<&'a str>);
+
+impl<'a> FolderIndex<'a> {
+    fn new(folders: impl Iterator<Item = &'a str>) -> Self {
+        let mut sorted: Vec<&str> = folders.collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        FolderIndex(sorted)
+    }
+
+    /// Whether `folder` is one of them, lies inside one, or holds one (`overlap`).
+    fn overlaps(&self, folder: &str) -> bool {
+        let mut above = folder;
+        loop {
+            if self.0.binary_search(&above).is_ok() {
+                return true;
+            }
+            match above.rfind('/') {
+                Some(cut) => above = &above[..cut],
+                None => break,
+            }
+        }
+        // Folders inside `folder` sort together, right from `folder/`.
+        let inside = format!("{folder}/");
+        let at = self.0.partition_point(|f| *f < inside.as_str());
+        self.0.get(at).is_some_and(|f| f.starts_with(&inside))
+    }
+}
+
 /// What the unfinished operations left after the check hold: table uids, data folders and
 /// namespaces being created, and the raw text of entries that could not be decoded.
 #[derive(Default)]
@@ -430,8 +462,9 @@ impl Cell<'_> {
                 }
             }
         }
+        let table_folders = FolderIndex::new(tables.iter().map(|t| t.data_key.as_str()));
         for folder in &datasets {
-            let held_by_table = tables.iter().any(|t| overlap(folder, &t.data_key));
+            let held_by_table = table_folders.overlaps(folder);
             if held_by_table || held.holds_folder(folder) {
                 continue;
             }
@@ -802,23 +835,87 @@ impl Cell<'_> {
 
     /// The dataset folders of the cell: every folder holding `_versions/`, outside the
     /// catalog's own folder.
+    ///
+    /// Walked a page at a time, keeping only the folders: the cell's keys are not held. The
+    /// catalog's folder, which in a warehouse of many tables holds most of its keys and
+    /// never a dataset, is stepped over (the next page starts past its last possible key).
     async fn datasets(&self) -> Result<Vec<String>> {
         let dir = Layout::catalog_dir(&self.cell);
+        let past_dir = format!("{dir}{}", char::MAX);
         let mut found: Vec<String> = Vec::new();
-        for key in self.cat.all_keys(&self.cell, false).await? {
-            if key.starts_with(&dir) {
-                continue;
-            }
-            if let Some(cut) = key.find("/_versions/") {
-                let folder = &key[..cut];
-                if found.last().map(String::as_str) != Some(folder)
-                    && folder.len() > self.cell.len()
-                {
-                    found.push(folder.to_string());
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .cat
+                .store()
+                .list(&self.cell, after.as_deref(), super::PAGE, false)
+                .await?;
+            for key in &page.keys {
+                if key.starts_with(&dir) {
+                    continue;
                 }
+                if let Some(cut) = key.find("/_versions/") {
+                    let folder = &key[..cut];
+                    if found.last().map(String::as_str) != Some(folder)
+                        && folder.len() > self.cell.len()
+                    {
+                        found.push(folder.to_string());
+                    }
+                }
+            }
+            match page.keys.last() {
+                Some(last) if page.more => {
+                    after = Some(if last.starts_with(&dir) {
+                        past_dir.clone()
+                    } else {
+                        last.clone()
+                    });
+                }
+                _ => break,
             }
         }
         found.dedup();
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_folder_index_answers_as_comparing_every_folder() {
+        let held = [
+            "wh/a/t1",
+            "wh/a/t10",
+            "wh/a/t1-x",
+            "wh/b/deep/t2",
+            "wh/c",
+            "wh/d.lance",
+        ];
+        let index = FolderIndex::new(held.iter().copied());
+        let asked = [
+            "wh/a/t1",
+            "wh/a/t1/inner",
+            "wh/a/t1x",
+            "wh/a/t",
+            "wh/a",
+            "wh",
+            "wh/b",
+            "wh/b/deep",
+            "wh/b/deep/t2/_versions",
+            "wh/b/deep/t3",
+            "wh/c/any/thing",
+            "wh/cc",
+            "wh/d",
+            "wh/d.lance/x",
+            "other",
+            "wh/a/t1-",
+        ];
+        for folder in asked {
+            let naive = held.iter().any(|h| overlap(folder, h));
+            assert_eq!(index.overlaps(folder), naive, "{folder}");
+        }
+        assert!(!FolderIndex::new(std::iter::empty()).overlaps("wh/a"));
     }
 }
