@@ -90,14 +90,67 @@ type Sorted = Arc<[(Box<str>, bool)]>;
 /// modification time when read, so a page of a listing through a namespace of 100 000
 /// tables reads one `stat` and its own entries, not the whole folder again.
 ///
-/// Kept only when the folder's modification time was over `SETTLED` old when it was read:
-/// the kernel stamps a folder with a clock that may tick only every few milliseconds, so a
-/// change right after a read might leave the time as it was; past `SETTLED`, any change
-/// moves it.
+/// A folder is known by its device, inode and status-change time: every entry added or
+/// removed moves that time, as does any change of the folder's other times, and a folder
+/// renamed into its place (or restored by a copy that keeps modification times) has
+/// another inode or time; no call sets it.
+///
+/// Kept only when that time was over `SETTLED` old when the folder was read: the kernel
+/// stamps a folder with a clock that may tick only every few milliseconds, so a change right
+/// after a read might leave the time as it was; past `SETTLED`, any change moves it. And
+/// only on file systems known to keep folder times so (`keeps_folder_times`): a FUSE mount
+/// of a bucket or a network file system may not, and there every listing reads the folder.
 #[derive(Default)]
 struct Folders {
-    by_path: HashMap<PathBuf, (SystemTime, Sorted)>,
+    by_path: HashMap<PathBuf, (FolderStamp, Sorted)>,
     names: usize,
+    /// Whether the warehouse's file system keeps folder times (else nothing is kept).
+    keep: bool,
+}
+
+type FolderStamp = (u64, u64, i64, i64);
+
+fn folder_stamp(meta: &fs::Metadata) -> FolderStamp {
+    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
+}
+
+/// Whether `stamp`'s time is over `SETTLED` ago.
+fn settled(stamp: &FolderStamp) -> bool {
+    let (Ok(secs), Ok(nanos)) = (u64::try_from(stamp.2), u32::try_from(stamp.3)) else {
+        return false;
+    };
+    let at = std::time::UNIX_EPOCH + Duration::new(secs, nanos);
+    SystemTime::now()
+        .duration_since(at)
+        .is_ok_and(|age| age > SETTLED)
+}
+
+/// File systems whose folders' status-change times move with every entry added or removed,
+/// as `Folders` relies on (Linux's local ones; not FUSE, NFS or SMB).
+const KEEPS_FOLDER_TIMES: &[&str] = &[
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay", "bcachefs", "ramfs",
+];
+
+/// Whether `root` lies on one of `KEEPS_FOLDER_TIMES`, by the mount that holds it in
+/// `/proc/self/mountinfo` (false where that cannot be read).
+fn keeps_folder_times(root: &Path) -> bool {
+    let Ok(table) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let mut best: Option<(usize, &str)> = None;
+    for line in table.lines() {
+        // id parent dev root mount-point options [optional...] - fstype source super-options
+        let mut fields = line.split(' ');
+        let Some(point) = fields.nth(4) else { continue };
+        let Some(fstype) = fields.skip_while(|f| *f != "-").nth(1) else {
+            continue;
+        };
+        let point = point.replace("\\040", " ");
+        if root.starts_with(&point) && best.is_none_or(|(len, _)| point.len() >= len) {
+            best = Some((point.len(), fstype));
+        }
+    }
+    best.is_some_and(|(_, fstype)| KEEPS_FOLDER_TIMES.contains(&fstype))
 }
 
 const BIG_FOLDER: usize = 2048;
@@ -133,6 +186,7 @@ impl FsStore {
             .write(true)
             .open(root.join(LOCK_FILE))?;
         let links = links_work(&root.join(TMP_DIR));
+        let keep = keeps_folder_times(&root);
         if !links {
             tracing::info!(
                 "the warehouse folder refuses hard links: creates commit through an intent"
@@ -146,7 +200,10 @@ impl FsStore {
                 links,
                 last_stamp: AtomicU64::new(0),
                 recent: RwLock::new(HashMap::new()),
-                folders: Mutex::new(Folders::default()),
+                folders: Mutex::new(Folders {
+                    keep,
+                    ..Folders::default()
+                }),
             }),
         };
         let removed = store
@@ -166,6 +223,7 @@ impl FsStore {
     /// cleaned up (for `admin` checks, which must change nothing). Writes are not expected.
     pub fn open_read_only(root: &Path) -> std::io::Result<Self> {
         let root = root.canonicalize()?;
+        let keep = keeps_folder_times(&root);
         let lock = fs::File::open(root.join(LOCK_FILE)).or_else(|_| fs::File::open(&root))?;
         Ok(FsStore {
             inner: Arc::new(Inner {
@@ -175,7 +233,10 @@ impl FsStore {
                 links: true,
                 last_stamp: AtomicU64::new(0),
                 recent: RwLock::new(HashMap::new()),
-                folders: Mutex::new(Folders::default()),
+                folders: Mutex::new(Folders {
+                    keep,
+                    ..Folders::default()
+                }),
             }),
         })
     }
@@ -662,18 +723,18 @@ impl Inner {
     /// The entries of `dir` in key order (empty when it does not exist), from `folders`
     /// while the folder is unchanged.
     fn sorted_entries(&self, dir: &Path, key_prefix: &str) -> StoreResult<Sorted> {
-        let modified = match fs::metadata(dir) {
-            Ok(meta) if meta.is_dir() => meta.modified().ok(),
+        let stamp = match fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => folder_stamp(&meta),
             Ok(_) => return Ok(Arc::from(Vec::new())),
             Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
                 return Ok(Arc::from(Vec::new()));
             }
             Err(e) => return Err(io(e)),
         };
-        if let Some(at) = modified {
+        {
             let folders = self.folders.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((seen, sorted)) = folders.by_path.get(dir)
-                && *seen == at
+                && *seen == stamp
             {
                 return Ok(sorted.clone());
             }
@@ -710,16 +771,14 @@ impl Inner {
         });
         let sorted: Sorted = Arc::from(found);
         // Unchanged since before the read, and settled: kept.
-        let settled = modified.filter(|at| {
-            SystemTime::now()
-                .duration_since(*at)
-                .is_ok_and(|age| age > SETTLED)
-        });
         if sorted.len() >= BIG_FOLDER
-            && let Some(at) = settled
-            && fs::metadata(dir).ok().and_then(|m| m.modified().ok()) == Some(at)
+            && settled(&stamp)
+            && fs::metadata(dir).ok().map(|m| folder_stamp(&m)) == Some(stamp)
         {
             let mut folders = self.folders.lock().unwrap_or_else(|p| p.into_inner());
+            if !folders.keep {
+                return Ok(sorted);
+            }
             if let Some((_, old)) = folders.by_path.remove(dir) {
                 folders.names -= old.len();
             }
@@ -730,7 +789,7 @@ impl Inner {
             folders.names += sorted.len();
             folders
                 .by_path
-                .insert(dir.to_path_buf(), (at, sorted.clone()));
+                .insert(dir.to_path_buf(), (stamp, sorted.clone()));
         }
         Ok(sorted)
     }
@@ -928,5 +987,17 @@ impl Store for FsStore {
             return Err(StoreError::Other("warehouse folder is read-only".into()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folder_times_are_trusted_only_on_local_file_systems() {
+        // proc's folders are made up as they are read.
+        assert!(!keeps_folder_times(Path::new("/proc/self")));
+        assert!(!keeps_folder_times(Path::new("/sys/kernel")));
     }
 }
