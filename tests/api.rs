@@ -536,15 +536,25 @@ async fn s3_warehouse_vends_complete_storage_options() {
     );
     let (s, b) = gw.get("/readyz").await;
     assert_eq!(s, 200, "{b}");
-    // the catalog lives in the bucket, under the prefix
-    let listed = client
-        .list_objects_v2()
-        .bucket(&bucket)
-        .prefix("wh/.lance-gateway/tables/")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(listed.contents().len(), 1);
+    // The catalog lives in the bucket, under the prefix. Listed again for up to 5 s: once,
+    // in a full run just after SeaweedFS started, its listing of a fresh bucket came back
+    // empty right after the write (the record itself was read by the describe above).
+    let mut found = 0;
+    for _ in 0..50 {
+        let listed = client
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix("wh/.lance-gateway/tables/")
+            .send()
+            .await
+            .unwrap();
+        found = listed.contents().len();
+        if found == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(found, 1, "the table's record under the warehouse's prefix");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
