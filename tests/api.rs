@@ -547,7 +547,7 @@ async fn s3_warehouse_vends_complete_storage_options() {
             .prefix("wh/.lance-gateway/tables/")
             .send()
             .await
-            .unwrap();
+            .expect("SeaweedFS lists the bucket");
         found = listed.contents().len();
         if found == 1 {
             break;

@@ -279,6 +279,13 @@ mod tests {
 
     const NOW: u64 = 1_800_000_000_000;
 
+    /// The sweep under way finds each of `keys` quiet (so counts it as seen).
+    fn sees(book: &mut QuietBook, keys: impl Iterator<Item = u64>) {
+        for key in keys {
+            assert!(book.quiet(key, key, NOW).is_some(), "{key}");
+        }
+    }
+
     #[test]
     fn a_memo_answers_only_for_its_fingerprint_and_time() {
         let mut book = QuietBook::default();
@@ -312,16 +319,12 @@ mod tests {
         book.end_sweep(first, true);
         assert_eq!(book.len(), 10_000);
         let second = book.begin_sweep();
-        for key in (0..10_000u64).filter(|k| k % 2 == 1) {
-            assert!(book.quiet(key, key, NOW).is_some(), "{key}");
-        }
+        sees(&mut book, (0..10_000u64).filter(|k| k % 2 == 1));
         // A sweep cut short drops nothing.
         book.end_sweep(second, false);
         assert_eq!(book.len(), 10_000);
         let third = book.begin_sweep();
-        for key in (0..10_000u64).filter(|k| k % 2 == 1) {
-            assert!(book.quiet(key, key, NOW).is_some(), "{key}");
-        }
+        sees(&mut book, (0..10_000u64).filter(|k| k % 2 == 1));
         book.end_sweep(third, true);
         assert_eq!(book.len(), 5_000);
         assert!(book.quiet(4, 4, NOW).is_none());
@@ -361,9 +364,9 @@ mod tests {
         let name = |v: u64| format!("t.lance/_versions/{:020}.manifest", u64::MAX - v);
         // The table was at version 5; the next would be 6.
         let listing = Probe::of_next_manifest(&name(6)["t.lance/".len()..])
-            .unwrap()
+            .expect("a V2 manifest name")
             .listing("t.lance")
-            .unwrap();
+            .expect("a version's probe lists");
         assert_eq!(listing.prefix, "t.lance/_versions/");
         assert!(listing.unchanged(Some(&name(5))), "still at 5");
         assert!(listing.unchanged(None), "no manifest listed");
@@ -374,13 +377,15 @@ mod tests {
         );
         // V1 names do not sort by version: the next manifest itself is looked for.
         let v1 = Probe::of_next_manifest("_versions/6.manifest")
-            .unwrap()
+            .expect("a V1 manifest name")
             .listing("t.lance")
-            .unwrap();
+            .expect("a version's probe lists");
         assert_eq!(v1.prefix, "t.lance/_versions/6.manifest");
         assert!(v1.unchanged(None));
         assert!(!v1.unchanged(Some("t.lance/_versions/6.manifest")));
-        let any = Probe::AnyManifest.listing("t.lance").unwrap();
+        let any = Probe::AnyManifest
+            .listing("t.lance")
+            .expect("a table without data lists its versions folder");
         assert!(any.unchanged(None));
         assert!(!any.unchanged(Some(&name(1))));
         assert!(Probe::None.listing("t.lance").is_none());
@@ -398,9 +403,7 @@ mod tests {
         // another gateway sweeps now).
         for _ in 0..UNSEEN_SWEEPS_AT_MOST {
             let e = book.begin_sweep();
-            for key in (0..100u64).filter(|k| k % 2 == 0) {
-                assert!(book.quiet(key, key, NOW).is_some(), "{key}");
-            }
+            sees(&mut book, (0..100u64).filter(|k| k % 2 == 0));
             book.end_sweep(e, false);
         }
         assert_eq!(
@@ -409,9 +412,7 @@ mod tests {
             "unseen for {UNSEEN_SWEEPS_AT_MOST} sweeps: kept"
         );
         let e = book.begin_sweep();
-        for key in (0..100u64).filter(|k| k % 2 == 0) {
-            assert!(book.quiet(key, key, NOW).is_some(), "{key}");
-        }
+        sees(&mut book, (0..100u64).filter(|k| k % 2 == 0));
         book.end_sweep(e, false);
         assert_eq!(book.len(), 50);
         assert!(book.quiet(1, 1, NOW).is_none());
