@@ -341,14 +341,18 @@ mod tests {
         ] {
             let probe = Probe::of_next_manifest(next).expect(next);
             assert_eq!(
-                probe.key_in("n/t.lance").unwrap(),
+                probe
+                    .key_in("n/t.lance")
+                    .expect("a version names its manifest"),
                 format!("n/t.lance/{next}")
             );
             assert_eq!(Probe::unpack(probe.pack()), probe);
         }
         assert_eq!(Probe::of_next_manifest("_versions/x.manifest"), None);
         assert_eq!(
-            Probe::AnyManifest.key_in("t.lance").unwrap(),
+            Probe::AnyManifest
+                .key_in("t.lance")
+                .expect("no data: the versions folder"),
             "t.lance/_versions/"
         );
         assert_eq!(Probe::None.key_in("t.lance"), None);
