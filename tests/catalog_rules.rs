@@ -798,3 +798,59 @@ async fn rules_on_s3_endpoint_mode() {
         "an empty bucket is removed"
     );
 }
+
+/// The folders below `dir`, at any depth.
+fn folders_below(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| 1 + folders_below(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recovery_sweep_prunes_the_pending_folders_creates_leave_on_a_local_warehouse() {
+    // Every page of ListAllTables lists the pending entries of the whole warehouse, which
+    // on a local one opens the folder each create left behind in its namespace: a sweep
+    // removes them, and creates and listings go on as before.
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open_with_sync(dir.path(), false).unwrap();
+    let root = store.root().to_path_buf();
+    let cat = open(
+        Arc::new(store),
+        Warehouse::Local(root.clone()),
+        Duration::from_secs(10),
+    )
+    .await;
+    let ctx = Ctx::internal();
+    let spaces = ["a", "b", "c"];
+    for ns in spaces {
+        cat.create_namespace(&ctx, &id(&[ns]), CreateMode::Create, HashMap::new())
+            .await
+            .expect("namespace created");
+        cat.declare_table(&ctx, &id(&[ns, "t"]), None, HashMap::new())
+            .await
+            .expect("table declared");
+    }
+    let pending = root.join(".lance-gateway/pending");
+    assert!(
+        folders_below(&pending) >= spaces.len(),
+        "each create left its namespace's pending folder"
+    );
+    lance_gateway::catalog::recovery::sweep(&cat)
+        .await
+        .expect("the sweep runs");
+    assert_eq!(folders_below(&pending), 0, "the empty folders are gone");
+    cat.declare_table(&ctx, &id(&["a", "u"]), None, HashMap::new())
+        .await
+        .expect("a create in a pruned namespace folder");
+    let listed = cat
+        .list_all_tables(&ctx, ".", None, None, true)
+        .await
+        .expect("listed");
+    assert_eq!(listed.items, vec!["a.t", "a.u", "b.t", "c.t"]);
+}

@@ -718,3 +718,110 @@ async fn s3_store_conforms() {
     );
     store.ensure_bucket(&bucket).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_store_prunes_empty_folders_without_losing_a_write() {
+    // Folders emptied by deletes are pruned (only below the prefix's own folder, only when
+    // empty), while other handles keep writing and publishing into folders that come and
+    // go: every write lands and every key written and not deleted is listed.
+    let dir = tempfile::tempdir().unwrap();
+    let store: DynStore = Arc::new(FsStore::open(dir.path()).unwrap());
+    store
+        .put("p/a/x.json", b("x"), Condition::None)
+        .await
+        .unwrap();
+    store
+        .put("p/b/c/y.json", b("y"), Condition::None)
+        .await
+        .unwrap();
+    store
+        .put("p/d/e/z.json", b("z"), Condition::None)
+        .await
+        .unwrap();
+    store.delete("p/a/x.json", Condition::None).await.unwrap();
+    store.delete("p/d/e/z.json", Condition::None).await.unwrap();
+    assert_eq!(
+        store.prune_folders("p/").await.unwrap(),
+        3,
+        "p/a, p/d/e and p/d"
+    );
+    assert!(!dir.path().join("p/a").exists() && !dir.path().join("p/d").exists());
+    assert!(
+        dir.path().join("p").is_dir(),
+        "the prefix's own folder stays"
+    );
+    assert_eq!(
+        walk(&store, "p/", 10).await,
+        vec!["p/b/c/y.json".to_string()]
+    );
+    store
+        .put("p/a/x.json", b("again"), Condition::IfAbsent)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get("p/a/x.json").await.unwrap().unwrap().body,
+        b("again")
+    );
+
+    let writers: Vec<DynStore> = (0..2)
+        .map(|_| Arc::new(FsStore::open(dir.path()).unwrap()) as DynStore)
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pruner = {
+        let (store, stop) = (store.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut pruned = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                pruned += store.prune_folders("q/").await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            pruned
+        })
+    };
+    let mut kept = Vec::new();
+    let mut tasks = Vec::new();
+    for (w, writer) in writers.iter().enumerate() {
+        for i in 0..150 {
+            let writer = writer.clone();
+            // Each key in a folder of its own, made by its write: many folders made while
+            // the pruner runs.
+            let (folder, key) = (format!("q/n{}/{w}-{i}", i % 7), format!("w{w}-{i}.json"));
+            if i % 3 != 0 {
+                kept.push(format!("{folder}/{key}"));
+            }
+            tasks.push(tokio::spawn(async move {
+                let target = format!("{folder}/{key}");
+                if i % 2 == 0 {
+                    writer
+                        .put(&target, b("v"), Condition::IfAbsent)
+                        .await
+                        .unwrap();
+                } else {
+                    let staged = format!("q/staged/n{}/{i}/{key}", i % 5);
+                    let etag = writer
+                        .put(&staged, b("v"), Condition::IfAbsent)
+                        .await
+                        .unwrap();
+                    writer.publish(&staged, &etag, &target).await.unwrap();
+                }
+                if i % 3 == 0 {
+                    writer.delete(&target, Condition::None).await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await
+            .expect("every write and publish lands while folders are pruned");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let pruned = pruner.await.unwrap() + store.prune_folders("q/").await.unwrap();
+    let mut listed = walk(&store, "q/", 100).await;
+    listed.sort();
+    kept.sort();
+    assert_eq!(listed, kept, "every key written and not deleted is there");
+    assert!(
+        pruned >= 6 && !dir.path().join("q/staged").exists(),
+        "the staged folders, emptied by the publishes, are gone ({pruned} pruned)"
+    );
+}

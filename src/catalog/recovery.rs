@@ -101,6 +101,16 @@ async fn sweep_once(catalog: &Catalog, spacing: std::time::Duration) -> Result<(
     let mut dropped = Some(super::dropped::PurgeSweep::default());
     for cell in &cells {
         note(&mut failed, cell, settle_cell(catalog, cell, false).await);
+        // Each create leaves its namespace's pending folder behind on a local warehouse,
+        // and every page of ListAllTables lists them all (for arrivals): pruned here, the
+        // folders it meets are those of the namespaces created in since the last sweep.
+        if let Err(e) = catalog
+            .store()
+            .prune_folders(&Layout::all_pending_prefix(cell))
+            .await
+        {
+            tracing::warn!(error = %e, "could not prune the empty pending folders");
+        }
         match housekeeping(catalog, cell, spacing).await {
             Ok(Some(sweep)) => {
                 if let Some(d) = dropped.as_mut() {

@@ -175,6 +175,10 @@ impl Store for Cached {
         self.inner.remove_leftovers(older_than).await
     }
 
+    async fn prune_folders(&self, prefix: &str) -> StoreResult<u64> {
+        self.inner.prune_folders(prefix).await
+    }
+
     async fn list(
         &self,
         prefix: &str,

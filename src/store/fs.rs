@@ -13,6 +13,10 @@
 //! - every write and delete is atomic with respect to its condition: the check and the act
 //!   run under an exclusive `flock` on `<root>/.lance-gateway.lock` (plus an in-process mutex,
 //!   since `flock` is held per open file description);
+//! - folders come and go as on a key store: a writer makes the folder it writes into under
+//!   that lock, and `prune_folders` (run by the catalog over its pending entries each
+//!   recovery sweep) removes a folder only when empty and only under it, so a listing need
+//!   not open the folders of every namespace that ever had a create in flight;
 //! - the ETag changes on every write: it is built from the new file's inode, size and
 //!   modification time, and every write sets that time itself to a clock reading in
 //!   nanoseconds that this process never hands out twice. (The kernel's own stamps are only
@@ -447,12 +451,69 @@ impl Inner {
         Ok(())
     }
 
-    /// Makes the entries of `dir` (a rename into it, a removal) durable, when syncing.
+    /// Makes the entries of `dir` (a rename into it, a removal) durable, when syncing. A
+    /// folder gone meanwhile (emptied by a later delete and pruned) has nothing to keep.
     fn sync_dir(&self, dir: &Path) -> StoreResult<()> {
         if self.sync {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+            match File::open(dir).and_then(|d| d.sync_all()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(io(e)),
+            }
         }
         Ok(())
+    }
+
+    /// Removes the empty folders below `prefix`'s folder, deepest first; how many. A key
+    /// store has no empty folders, but here a folder stays after its last file goes, and a
+    /// recursive listing opens every folder it meets. Each removal takes the lock, and every
+    /// writer makes its folder and fills it under the lock, so none loses the folder it
+    /// just made.
+    fn prune_folders(&self, prefix: &str) -> StoreResult<u64> {
+        let top = self.path(prefix.trim_end_matches('/'))?;
+        let mut removed = 0;
+        self.prune_below(&top, &mut removed)?;
+        Ok(removed)
+    }
+
+    /// Prunes the folders in `dir`; whether it is left empty.
+    fn prune_below(&self, dir: &Path, removed: &mut u64) -> StoreResult<bool> {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
+                return Ok(false);
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let mut empty = true;
+        for entry in entries {
+            let entry = entry.map_err(io)?;
+            let path = entry.path();
+            if !entry.file_type().map_err(io)?.is_dir() || path == self.root.join(TMP_DIR) {
+                empty = false;
+                continue;
+            }
+            if !self.prune_below(&path, removed)? {
+                empty = false;
+                continue;
+            }
+            let gone = self.locked(|| match fs::remove_dir(&path) {
+                Ok(()) => Ok(true),
+                // Filled or removed since it was read.
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::DirectoryNotEmpty | ErrorKind::NotFound) =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(io(e)),
+            })?;
+            if gone {
+                *removed += 1;
+            } else {
+                empty = false;
+            }
+        }
+        Ok(empty)
     }
 
     /// Runs `f` (which creates an entry in `dir`), creating `dir` first if `f` finds it
@@ -538,8 +599,12 @@ impl Inner {
         let dir = to
             .parent()
             .ok_or_else(|| StoreError::Other("key has no folder".into()))?;
-        let link = || {
+        // The folder is made under the lock, as a prune removes one only under it.
+        let link = |make_folder: bool| {
             self.locked(|| {
+                if make_folder {
+                    self.make_dirs(dir)?;
+                }
                 if self.current_etag(&from)?.as_deref() != Some(staged_etag) {
                     return Err(StoreError::StagedChanged);
                 }
@@ -560,11 +625,10 @@ impl Inner {
                 Ok(Linked::Done(etag_of(&fs::metadata(&to).map_err(io)?)))
             })
         };
-        let mut linked = link()?;
+        let mut linked = link(false)?;
         if let Linked::NoFolder = linked {
             // The first record of a namespace: its folder is made here.
-            self.make_dirs(dir)?;
-            linked = link()?;
+            linked = link(true)?;
         }
         match linked {
             Linked::Done(etag) => {
@@ -902,6 +966,12 @@ impl Store for FsStore {
         let (staged, staged_etag, key) =
             (staged.to_string(), staged_etag.to_string(), key.to_string());
         self.mutation(move |inner| inner.publish(&staged, &staged_etag, &key))
+            .await
+    }
+
+    async fn prune_folders(&self, prefix: &str) -> StoreResult<u64> {
+        let prefix = prefix.to_string();
+        self.blocking(move |inner| inner.prune_folders(&prefix))
             .await
     }
 

@@ -73,6 +73,11 @@ impl Store for Metered {
         timed("remove_leftovers", self.inner.remove_leftovers(older_than)).await
     }
 
+    /// Not counted: a local folder's upkeep, never a request to a store.
+    async fn prune_folders(&self, prefix: &str) -> StoreResult<u64> {
+        self.inner.prune_folders(prefix).await
+    }
+
     async fn list(
         &self,
         prefix: &str,

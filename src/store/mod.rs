@@ -110,6 +110,12 @@ pub trait Store: Send + Sync + 'static {
         Ok(0)
     }
 
+    /// Removes the empty folders below `prefix`'s folder, where the store keeps folders
+    /// apart from keys (a local directory does; a key store has none); how many.
+    async fn prune_folders(&self, _prefix: &str) -> StoreResult<u64> {
+        Ok(0)
+    }
+
     /// Lists keys that start with `prefix` and sort after `start_after`, at most `limit`.
     /// With `shallow`, only keys with no further `/` after the prefix are returned (the
     /// direct children of a folder); deeper keys are skipped, not counted.
