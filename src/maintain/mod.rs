@@ -454,7 +454,7 @@ impl Maintainer {
         if unchanged {
             crate::telemetry::maintenance_look(true);
         } else {
-            lock(&self.quiet).forget(key);
+            lock(&self.quiet).forget(key, listed);
         }
         unchanged
     }

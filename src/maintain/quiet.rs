@@ -1,11 +1,13 @@
 //! What the last look found at each table a sweep brought, for the next sweep's quiet look,
-//! kept small enough for a warehouse of a million tables: 32 bytes a table (a sorted
-//! vector, searched by a hash of the table's sweep key), and the table's data folder only
-//! when it is not the one its id names.
+//! kept small enough for a warehouse of a million tables: 24 bytes a table (a sorted
+//! vector, searched by a hash of the table's sweep key and catalog fingerprint), and the
+//! table's data folder only when it is not the one its id names.
 //!
-//! A memo says: when the sweep last saw this table's catalog fingerprint `listed`, a look
+//! A memo says: when the sweep saw this table with catalog fingerprint `listed`, a look
 //! found nothing due, and nothing will be due until `until` unless `probe` (the manifest
-//! its next version would have, or any manifest while it has none) appears.
+//! its next version would have, or any manifest while it has none) appears. A memo is
+//! found by table and fingerprint together, so a table whose record changed has none (the
+//! old one, seen by no later sweep, goes with the others unseen).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -114,8 +116,8 @@ impl Listing {
 
 #[derive(Clone, Copy, Debug)]
 struct Memo {
-    key: u64,
-    listed: u64,
+    /// The table's key and fingerprint, hashed together (`QuietBook::slot`).
+    slot: u64,
     probe: u64,
     /// Minutes since the epoch until which nothing comes due (`u32::MAX`: never).
     until_min: u32,
@@ -123,7 +125,13 @@ struct Memo {
     seen: u32,
 }
 
+const _: () = assert!(std::mem::size_of::<Memo>() == 24);
+
 const DEAD: u32 = u32::MAX;
+
+/// Memos written since the last merge at most: a merge is linear in the book, and the
+/// map of fresh ones stays about a megabyte.
+const FRESH_AT_MOST: usize = 16_384;
 
 /// Sweeps a memo may go unseen before it is dropped even when no sweep was whole (a gateway
 /// that sweeps some cells of an endpoint-mode warehouse and not others never has a whole
@@ -133,9 +141,9 @@ const UNSEEN_SWEEPS_AT_MOST: u32 = 8;
 /// The memos of one gateway's sweeps.
 #[derive(Default)]
 pub(super) struct QuietBook {
-    /// By key; written in place.
+    /// By slot; written in place.
     sorted: Vec<Memo>,
-    /// Written since the last merge into `sorted`.
+    /// Written since the last merge into `sorted` (none of them there).
     fresh: HashMap<u64, Memo>,
     /// Data folders of tables whose folder is not the one their id names.
     odd: HashMap<u64, Box<str>>,
@@ -162,26 +170,37 @@ impl QuietBook {
         self.epoch
     }
 
+    /// Where table `key` with fingerprint `listed` is remembered.
+    fn slot(key: u64, listed: u64) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (key, listed).hash(&mut h);
+        h.finish()
+    }
+
+    fn memo(&mut self, slot: u64) -> Option<&mut Memo> {
+        match self.fresh.get_mut(&slot) {
+            Some(m) => Some(m),
+            None => {
+                let at = self.sorted.binary_search_by_key(&slot, |m| m.slot).ok()?;
+                Some(&mut self.sorted[at])
+            }
+        }
+    }
+
     /// The memo of `key`, if the table's fingerprint is still `listed` and nothing has come
     /// due by time (`now_ms`); the sweep under way counts it as seen.
     pub(super) fn quiet(&mut self, key: u64, listed: u64, now_ms: u64) -> Option<Quiet> {
-        let epoch = self.epoch;
-        let memo = match self.fresh.get_mut(&key) {
-            Some(m) => m,
-            None => {
-                let at = self.sorted.binary_search_by_key(&key, |m| m.key).ok()?;
-                &mut self.sorted[at]
-            }
-        };
+        let (epoch, slot) = (self.epoch, Self::slot(key, listed));
+        let memo = self.memo(slot)?;
         let now_min = (now_ms / 60_000).min(u64::from(u32::MAX - 1)) as u32;
-        if memo.seen == DEAD || memo.listed != listed || now_min >= memo.until_min {
+        if memo.seen == DEAD || now_min >= memo.until_min {
             return None;
         }
         memo.seen = epoch;
         let probe = Probe::unpack(memo.probe);
         Some(Quiet {
             probe,
-            folder: self.odd.get(&key).cloned(),
+            folder: self.odd.get(&slot).cloned(),
         })
     }
 
@@ -200,40 +219,39 @@ impl QuietBook {
         } else {
             (until_ms / 60_000).min(u64::from(u32::MAX - 1)) as u32
         };
+        let slot = Self::slot(key, listed);
         let memo = Memo {
-            key,
-            listed,
+            slot,
             probe: probe.pack(),
             until_min,
             seen: self.epoch,
         };
-        match self.sorted.binary_search_by_key(&key, |m| m.key) {
+        match self.sorted.binary_search_by_key(&slot, |m| m.slot) {
             Ok(at) => self.sorted[at] = memo,
             Err(_) => {
-                self.fresh.insert(key, memo);
+                self.fresh.insert(slot, memo);
             }
         }
         match odd_folder {
             Some(f) => {
-                self.odd.insert(key, f.into());
+                self.odd.insert(slot, f.into());
             }
             None => {
-                self.odd.remove(&key);
+                self.odd.remove(&slot);
             }
         }
-        // Merged while small, so the map never holds a large share of the tables.
-        if self.fresh.len() >= (self.sorted.len() / 8).max(4096) {
+        if self.fresh.len() >= FRESH_AT_MOST {
             self.merge(None);
         }
     }
 
-    /// Forgets table `key` (a look found it changed).
-    pub(super) fn forget(&mut self, key: u64) {
-        self.fresh.remove(&key);
-        if let Ok(at) = self.sorted.binary_search_by_key(&key, |m| m.key) {
-            self.sorted[at].seen = DEAD;
+    /// Forgets table `key` at fingerprint `listed` (a look found it changed).
+    pub(super) fn forget(&mut self, key: u64, listed: u64) {
+        let slot = Self::slot(key, listed);
+        if let Some(memo) = self.memo(slot) {
+            memo.seen = DEAD;
         }
-        self.odd.remove(&key);
+        self.odd.remove(&slot);
     }
 
     /// Ends sweep `epoch`: when it listed every table, the memos of tables it did not see
@@ -242,14 +260,29 @@ impl QuietBook {
         self.merge(complete.then_some(epoch));
     }
 
-    /// Moves `fresh` into `sorted` in place, dropping the forgotten and (with `keep_seen`)
-    /// what that sweep did not see, or else what no sweep saw for `UNSEEN_SWEEPS_AT_MOST`.
+    /// Moves `fresh` into `sorted` in place (sorted, then merged from the back, so in time
+    /// linear in the book), dropping the forgotten and (with `keep_seen`) what that sweep
+    /// did not see, or else what no sweep saw for `UNSEEN_SWEEPS_AT_MOST`.
     fn merge(&mut self, keep_seen: Option<u32>) {
         let epoch = self.epoch;
-        let fresh = std::mem::take(&mut self.fresh);
-        self.sorted.reserve_exact(fresh.len());
-        self.sorted.extend(fresh.into_values());
-        self.sorted.sort_unstable_by_key(|m| m.key);
+        let mut fresh: Vec<Memo> = std::mem::take(&mut self.fresh).into_values().collect();
+        fresh.sort_unstable_by_key(|m| m.slot);
+        let (mut old, mut new) = (self.sorted.len(), fresh.len());
+        if let Some(&filler) = fresh.first() {
+            self.sorted.reserve_exact(new);
+            self.sorted.resize(old + new, filler);
+        }
+        let sorted = &mut self.sorted;
+        while new > 0 {
+            let to = old + new - 1;
+            if old > 0 && sorted[old - 1].slot > fresh[new - 1].slot {
+                sorted[to] = sorted[old - 1];
+                old -= 1;
+            } else {
+                sorted[to] = fresh[new - 1];
+                new -= 1;
+            }
+        }
         let odd = &mut self.odd;
         self.sorted.retain(|m| {
             let keep = m.seen != DEAD
@@ -258,7 +291,7 @@ impl QuietBook {
                     None => epoch.wrapping_sub(m.seen) <= UNSEEN_SWEEPS_AT_MOST,
                 };
             if !keep {
-                odd.remove(&m.key);
+                odd.remove(&m.slot);
             }
             keep
         });
@@ -304,8 +337,47 @@ mod tests {
             book.quiet(1, 100, NOW + 3_600_000).is_none(),
             "its time came"
         );
-        book.forget(1);
+        book.forget(1, 100);
         assert!(book.quiet(1, 100, NOW).is_none(), "forgotten");
+    }
+
+    #[test]
+    fn a_book_merged_many_times_answers_for_every_table() {
+        // Remembered in no order, over many merges, and some again at a new fingerprint.
+        let mut book = QuietBook::default();
+        let first = book.begin_sweep();
+        let shuffled = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let tables = 5 * FRESH_AT_MOST as u64 + 123;
+        for i in 0..tables {
+            book.remember(shuffled(i), 1, Probe::AnyManifest, None, u64::MAX);
+        }
+        for i in (0..tables).step_by(10) {
+            book.remember(shuffled(i), 2, Probe::None, None, u64::MAX);
+        }
+        book.end_sweep(first, false);
+        assert!(book.sorted.is_sorted_by_key(|m| m.slot) && book.fresh.is_empty());
+        let second = book.begin_sweep();
+        for i in 0..tables {
+            let now = if i % 10 == 0 { 2 } else { 1 };
+            let q = book.quiet(shuffled(i), now, NOW).expect("remembered");
+            let probe = if now == 2 {
+                Probe::None
+            } else {
+                Probe::AnyManifest
+            };
+            assert_eq!(q.probe, probe, "table {i}");
+        }
+        assert!(
+            book.quiet(shuffled(1), 2, NOW).is_none(),
+            "never at that fingerprint"
+        );
+        assert_eq!(book.len(), (tables + tables.div_ceil(10)) as usize);
+        book.end_sweep(second, true);
+        assert_eq!(
+            book.len(),
+            tables as usize,
+            "the memos of the old fingerprints, unseen by a whole sweep, went"
+        );
     }
 
     #[test]
