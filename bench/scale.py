@@ -234,7 +234,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--old", required=True)
     ap.add_argument("--new", required=True)
-    ap.add_argument("--sizes", default="1000,100000,1000000")
+    ap.add_argument("--sizes", default="1000,100000,1000000", help="local warehouse sizes (empty: none)")
     ap.add_argument("--sweep-secs", type=int, default=10, help="the maintenance sweep's interval")
     ap.add_argument("--sweep-deadline", type=float, default=300,
                     help="seconds a recovery or maintenance sweep may take before it is reported as not done")
@@ -252,7 +252,7 @@ def main():
         one_namespace(a)
     if a.seaweedfs:
         on_seaweedfs(a)
-    for n in (int(s) for s in a.sizes.split(",")):
+    for n in (int(s) for s in a.sizes.split(",") if s):
         # Each binary gets the warehouse as filled, at the same path (locations are absolute).
         wh = fill(a.new, n)
         pristine = wh + ".filled"
