@@ -20,7 +20,7 @@
 //!   queued for a full look and its dataset opened.
 //! - **The same at a million tables.** The sweep walks a page of tables at a time, makes
 //!   its quiet looks 16 at once, and waits while 256 of its tables are queued for full
-//!   looks; a memo is 32 bytes a table. Memory and each table's cost stay flat as the
+//!   looks; a memo is 24 bytes a table. Memory and each table's cost stay flat as the
 //!   warehouse grows.
 //! - **One gateway per table.** A due table is maintained under its lease
 //!   (`catalog::maintenance`, `catalog::leases`), taken with a conditional write and renewed
