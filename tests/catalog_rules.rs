@@ -816,7 +816,7 @@ fn folders_below(dir: &std::path::Path) -> usize {
 async fn a_recovery_sweep_prunes_the_pending_folders_creates_leave_on_a_local_warehouse() {
     // Every page of ListAllTables lists the pending entries of the whole warehouse, which
     // on a local one opens the folder each create left behind in its namespace: a sweep
-    // removes them, and creates and listings go on as before.
+    // removes those unchanged for the grace period, and creates and listings go on.
     let dir = tempfile::tempdir().unwrap();
     let store = FsStore::open_with_sync(dir.path(), false).unwrap();
     let root = store.root().to_path_buf();
@@ -841,6 +841,19 @@ async fn a_recovery_sweep_prunes_the_pending_folders_creates_leave_on_a_local_wa
         folders_below(&pending) >= spaces.len(),
         "each create left its namespace's pending folder"
     );
+    lance_gateway::catalog::recovery::sweep(&cat)
+        .await
+        .expect("the sweep runs");
+    assert!(
+        folders_below(&pending) >= spaces.len(),
+        "kept while younger than the grace period"
+    );
+    let minute_ago = std::time::SystemTime::now() - Duration::from_secs(60);
+    for ns in spaces {
+        std::fs::File::open(pending.join(ns))
+            .and_then(|f| f.set_modified(minute_ago))
+            .expect("the folder's time is set back");
+    }
     lance_gateway::catalog::recovery::sweep(&cat)
         .await
         .expect("the sweep runs");

@@ -740,10 +740,27 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
         .unwrap();
     store.delete("p/a/x.json", Condition::None).await.unwrap();
     store.delete("p/d/e/z.json", Condition::None).await.unwrap();
+    let minute = std::time::Duration::from_secs(60);
     assert_eq!(
-        store.prune_folders("p/").await.unwrap(),
-        3,
-        "p/a, p/d/e and p/d"
+        store.prune_folders("p/", minute / 2).await.unwrap(),
+        0,
+        "emptied just now: kept for the grace period"
+    );
+    for folder in ["p/a", "p/d/e", "p/d"] {
+        settle(&dir.path().join(folder));
+    }
+    assert_eq!(
+        store.prune_folders("p/", minute / 2).await.unwrap(),
+        2,
+        "p/a and p/d/e (p/d changed as p/d/e went)"
+    );
+    assert_eq!(
+        store
+            .prune_folders("p/", std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        1,
+        "p/d"
     );
     assert!(!dir.path().join("p/a").exists() && !dir.path().join("p/d").exists());
     assert!(
@@ -772,7 +789,10 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
         tokio::spawn(async move {
             let mut pruned = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                pruned += store.prune_folders("q/").await.unwrap();
+                pruned += store
+                    .prune_folders("q/", std::time::Duration::ZERO)
+                    .await
+                    .unwrap();
                 tokio::task::yield_now().await;
             }
             pruned
@@ -815,7 +835,11 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
             .expect("every write and publish lands while folders are pruned");
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let pruned = pruner.await.unwrap() + store.prune_folders("q/").await.unwrap();
+    let pruned = pruner.await.unwrap()
+        + store
+            .prune_folders("q/", std::time::Duration::ZERO)
+            .await
+            .unwrap();
     let mut listed = walk(&store, "q/", 100).await;
     listed.sort();
     kept.sort();

@@ -102,11 +102,12 @@ async fn sweep_once(catalog: &Catalog, spacing: std::time::Duration) -> Result<(
     for cell in &cells {
         note(&mut failed, cell, settle_cell(catalog, cell, false).await);
         // Each create leaves its namespace's pending folder behind on a local warehouse,
-        // and every page of ListAllTables lists them all (for arrivals): pruned here, the
-        // folders it meets are those of the namespaces created in since the last sweep.
+        // and every page of ListAllTables lists them all (for arrivals): pruned here once
+        // unchanged for the grace period, the folders it meets are those of the namespaces
+        // created in lately.
         if let Err(e) = catalog
             .store()
-            .prune_folders(&Layout::all_pending_prefix(cell))
+            .prune_folders(&Layout::all_pending_prefix(cell), catalog.grace())
             .await
         {
             tracing::warn!(error = %e, "could not prune the empty pending folders");

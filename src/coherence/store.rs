@@ -175,8 +175,8 @@ impl Store for Cached {
         self.inner.remove_leftovers(older_than).await
     }
 
-    async fn prune_folders(&self, prefix: &str) -> StoreResult<u64> {
-        self.inner.prune_folders(prefix).await
+    async fn prune_folders(&self, prefix: &str, older_than: Duration) -> StoreResult<u64> {
+        self.inner.prune_folders(prefix, older_than).await
     }
 
     async fn list(

@@ -15,8 +15,9 @@
 //!   since `flock` is held per open file description);
 //! - folders come and go as on a key store: a writer makes the folder it writes into under
 //!   that lock, and `prune_folders` (run by the catalog over its pending entries each
-//!   recovery sweep) removes a folder only when empty and only under it, so a listing need
-//!   not open the folders of every namespace that ever had a create in flight;
+//!   recovery sweep) removes a folder only when empty, unchanged for the grace period and
+//!   only under it, so a listing need not open the folders of every namespace that ever
+//!   had a create in flight;
 //! - the ETag changes on every write: it is built from the new file's inode, size and
 //!   modification time, and every write sets that time itself to a clock reading in
 //!   nanoseconds that this process never hands out twice. (The kernel's own stamps are only
@@ -452,32 +453,46 @@ impl Inner {
     }
 
     /// Makes the entries of `dir` (a rename into it, a removal) durable, when syncing. A
-    /// folder gone meanwhile (emptied by a later delete and pruned) has nothing to keep.
+    /// folder gone meanwhile (emptied and pruned) is gone from the nearest folder left,
+    /// which is synced instead.
     fn sync_dir(&self, dir: &Path) -> StoreResult<()> {
-        if self.sync {
-            match File::open(dir).and_then(|d| d.sync_all()) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
+        if !self.sync {
+            return Ok(());
+        }
+        let mut at = dir;
+        loop {
+            match File::open(at).and_then(|d| d.sync_all()) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound && at != self.root => match at.parent() {
+                    Some(parent) => at = parent,
+                    None => return Ok(()),
+                },
                 Err(e) => return Err(io(e)),
             }
         }
-        Ok(())
     }
 
-    /// Removes the empty folders below `prefix`'s folder, deepest first; how many. A key
-    /// store has no empty folders, but here a folder stays after its last file goes, and a
-    /// recursive listing opens every folder it meets. Each removal takes the lock, and every
-    /// writer makes its folder and fills it under the lock, so none loses the folder it
-    /// just made.
-    fn prune_folders(&self, prefix: &str) -> StoreResult<u64> {
+    /// Removes the folders below `prefix`'s folder that are empty and unchanged for
+    /// `older_than`, deepest first; how many. A key store has no empty folders, but here a
+    /// folder stays after its last file goes, and a recursive listing opens every folder it
+    /// meets. Each removal takes the lock, and every writer makes its folder and fills it
+    /// under the lock, so none loses the folder it just made; and the folder's age is read
+    /// under the lock too, so a delete that emptied it (which moves its modification time)
+    /// has long synced it, even a delete by a release that does not expect folders to go.
+    fn prune_folders(&self, prefix: &str, older_than: Duration) -> StoreResult<u64> {
         let top = self.path(prefix.trim_end_matches('/'))?;
         let mut removed = 0;
-        self.prune_below(&top, &mut removed)?;
+        self.prune_below(&top, older_than, &mut removed)?;
         Ok(removed)
     }
 
     /// Prunes the folders in `dir`; whether it is left empty.
-    fn prune_below(&self, dir: &Path, removed: &mut u64) -> StoreResult<bool> {
+    fn prune_below(
+        &self,
+        dir: &Path,
+        older_than: Duration,
+        removed: &mut u64,
+    ) -> StoreResult<bool> {
         let entries = match fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::NotADirectory => {
@@ -493,19 +508,32 @@ impl Inner {
                 empty = false;
                 continue;
             }
-            if !self.prune_below(&path, removed)? {
+            if !self.prune_below(&path, older_than, removed)? {
                 empty = false;
                 continue;
             }
-            let gone = self.locked(|| match fs::remove_dir(&path) {
-                Ok(()) => Ok(true),
-                // Filled or removed since it was read.
-                Err(e)
-                    if matches!(e.kind(), ErrorKind::DirectoryNotEmpty | ErrorKind::NotFound) =>
-                {
-                    Ok(false)
+            let gone = self.locked(|| {
+                let settled = fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age >= older_than);
+                if !settled {
+                    return Ok(false);
                 }
-                Err(e) => Err(io(e)),
+                match fs::remove_dir(&path) {
+                    Ok(()) => Ok(true),
+                    // Filled or removed since it was read.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::DirectoryNotEmpty | ErrorKind::NotFound
+                        ) =>
+                    {
+                        Ok(false)
+                    }
+                    Err(e) => Err(io(e)),
+                }
             })?;
             if gone {
                 *removed += 1;
@@ -969,9 +997,9 @@ impl Store for FsStore {
             .await
     }
 
-    async fn prune_folders(&self, prefix: &str) -> StoreResult<u64> {
+    async fn prune_folders(&self, prefix: &str, older_than: Duration) -> StoreResult<u64> {
         let prefix = prefix.to_string();
-        self.blocking(move |inner| inner.prune_folders(&prefix))
+        self.blocking(move |inner| inner.prune_folders(&prefix, older_than))
             .await
     }
 

@@ -74,8 +74,8 @@ impl Store for Metered {
     }
 
     /// Not counted: a local folder's upkeep, never a request to a store.
-    async fn prune_folders(&self, prefix: &str) -> StoreResult<u64> {
-        self.inner.prune_folders(prefix).await
+    async fn prune_folders(&self, prefix: &str, older_than: Duration) -> StoreResult<u64> {
+        self.inner.prune_folders(prefix, older_than).await
     }
 
     async fn list(

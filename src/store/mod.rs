@@ -110,9 +110,14 @@ pub trait Store: Send + Sync + 'static {
         Ok(0)
     }
 
-    /// Removes the empty folders below `prefix`'s folder, where the store keeps folders
-    /// apart from keys (a local directory does; a key store has none); how many.
-    async fn prune_folders(&self, _prefix: &str) -> StoreResult<u64> {
+    /// Removes the folders below `prefix`'s folder that are empty and unchanged for
+    /// `older_than`, where the store keeps folders apart from keys (a local directory does;
+    /// a key store has none); how many.
+    async fn prune_folders(
+        &self,
+        _prefix: &str,
+        _older_than: std::time::Duration,
+    ) -> StoreResult<u64> {
         Ok(0)
     }
 
