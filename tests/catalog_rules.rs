@@ -817,8 +817,8 @@ async fn a_recovery_sweep_prunes_the_pending_folders_creates_leave_on_a_local_wa
     // Every page of ListAllTables lists the pending entries of the whole warehouse, which
     // on a local one opens the folder each create left behind in its namespace: a sweep
     // removes those unchanged for the grace period, and creates and listings go on.
-    let dir = tempfile::tempdir().unwrap();
-    let store = FsStore::open_with_sync(dir.path(), false).unwrap();
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let store = FsStore::open_with_sync(dir.path(), false).expect("the local store opens");
     let root = store.root().to_path_buf();
     let cat = open(
         Arc::new(store),

@@ -724,25 +724,34 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
     // Folders emptied by deletes are pruned (only below the prefix's own folder, only when
     // empty), while other handles keep writing and publishing into folders that come and
     // go: every write lands and every key written and not deleted is listed.
-    let dir = tempfile::tempdir().unwrap();
-    let store: DynStore = Arc::new(FsStore::open(dir.path()).unwrap());
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let store: DynStore = Arc::new(FsStore::open(dir.path()).expect("the local store opens"));
     store
         .put("p/a/x.json", b("x"), Condition::None)
         .await
-        .unwrap();
+        .expect("the write lands");
     store
         .put("p/b/c/y.json", b("y"), Condition::None)
         .await
-        .unwrap();
+        .expect("the write lands");
     store
         .put("p/d/e/z.json", b("z"), Condition::None)
         .await
-        .unwrap();
-    store.delete("p/a/x.json", Condition::None).await.unwrap();
-    store.delete("p/d/e/z.json", Condition::None).await.unwrap();
+        .expect("the write lands");
+    store
+        .delete("p/a/x.json", Condition::None)
+        .await
+        .expect("the delete lands");
+    store
+        .delete("p/d/e/z.json", Condition::None)
+        .await
+        .expect("the delete lands");
     let minute = std::time::Duration::from_secs(60);
     assert_eq!(
-        store.prune_folders("p/", minute / 2).await.unwrap(),
+        store
+            .prune_folders("p/", minute / 2)
+            .await
+            .expect("the prune runs"),
         0,
         "emptied just now: kept for the grace period"
     );
@@ -750,7 +759,10 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
         settle(&dir.path().join(folder));
     }
     assert_eq!(
-        store.prune_folders("p/", minute / 2).await.unwrap(),
+        store
+            .prune_folders("p/", minute / 2)
+            .await
+            .expect("the prune runs"),
         2,
         "p/a and p/d/e (p/d changed as p/d/e went)"
     );
@@ -758,7 +770,7 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
         store
             .prune_folders("p/", std::time::Duration::ZERO)
             .await
-            .unwrap(),
+            .expect("the prune runs"),
         1,
         "p/d"
     );
@@ -774,14 +786,19 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
     store
         .put("p/a/x.json", b("again"), Condition::IfAbsent)
         .await
-        .unwrap();
+        .expect("the write lands");
     assert_eq!(
-        store.get("p/a/x.json").await.unwrap().unwrap().body,
+        store
+            .get("p/a/x.json")
+            .await
+            .expect("read")
+            .expect("written again")
+            .body,
         b("again")
     );
 
     let writers: Vec<DynStore> = (0..2)
-        .map(|_| Arc::new(FsStore::open(dir.path()).unwrap()) as DynStore)
+        .map(|_| Arc::new(FsStore::open(dir.path()).expect("the local store opens")) as DynStore)
         .collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let pruner = {
@@ -792,7 +809,7 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
                 pruned += store
                     .prune_folders("q/", std::time::Duration::ZERO)
                     .await
-                    .unwrap();
+                    .expect("the prune runs");
                 tokio::task::yield_now().await;
             }
             pruned
@@ -815,17 +832,23 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
                     writer
                         .put(&target, b("v"), Condition::IfAbsent)
                         .await
-                        .unwrap();
+                        .expect("the write lands");
                 } else {
                     let staged = format!("q/staged/n{}/{i}/{key}", i % 5);
                     let etag = writer
                         .put(&staged, b("v"), Condition::IfAbsent)
                         .await
-                        .unwrap();
-                    writer.publish(&staged, &etag, &target).await.unwrap();
+                        .expect("the write lands");
+                    writer
+                        .publish(&staged, &etag, &target)
+                        .await
+                        .expect("the publish lands");
                 }
                 if i % 3 == 0 {
-                    writer.delete(&target, Condition::None).await.unwrap();
+                    writer
+                        .delete(&target, Condition::None)
+                        .await
+                        .expect("the delete lands");
                 }
             }));
         }
@@ -835,11 +858,11 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
             .expect("every write and publish lands while folders are pruned");
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let pruned = pruner.await.unwrap()
+    let pruned = pruner.await.expect("the pruner ends")
         + store
             .prune_folders("q/", std::time::Duration::ZERO)
             .await
-            .unwrap();
+            .expect("the prune runs");
     let mut listed = walk(&store, "q/", 100).await;
     listed.sort();
     kept.sort();
