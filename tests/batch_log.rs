@@ -805,3 +805,96 @@ async fn batches_on_s3() {
     let (store, warehouse) = common::s3_warehouse("batch").await;
     rules(Arc::new(store), warehouse).await;
 }
+
+/// A batch that finds its table held waits for a line that moves: each batch holding the
+/// table is waited for up to `commit_wait`, and the line up to twice that. Three batches
+/// that each hold the table for half of `commit_wait` (longer than it in all) keep the
+/// waiting batch waiting until the last lets go, and it then commits; one batch that holds
+/// the table longer than `commit_wait` gets the waiting batch refused as held (409, code
+/// 14), with nothing of it visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_waits_while_the_line_ahead_of_it_moves() {
+    // A grace period of 8 s: `commit_wait` is 2 s, the line's wait 4 s.
+    let grace = Duration::from_secs(8);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let warehouse = Warehouse::S3Bucket {
+        bucket: "mem".into(),
+        prefix: String::new(),
+    };
+    let a = common::open_catalog(store.clone(), warehouse.clone(), grace, "gw-a").await;
+    let b = common::open_catalog(store.clone(), warehouse, grace, "gw-b").await;
+    let ctx = Ctx::internal();
+    let ns = vec![common::unique("ns")];
+    a.create_namespace(&ctx, &ns, CreateMode::Create, HashMap::new())
+        .await
+        .expect("the namespace is created");
+    let id = [ns.clone(), vec!["busy".to_string()]].concat();
+    let t = a
+        .declare_table(&ctx, &id, None, HashMap::new())
+        .await
+        .expect("the table is declared");
+    store
+        .put(&final_key(&t, 1), Bytes::from("busy@1"), Condition::None)
+        .await
+        .expect("version 1 is written");
+
+    // Three batches on the other gateway hold version 2 one after another, a second each.
+    let mut holder = b
+        .begin_transaction(&t.id, "batch_commit", "", BTreeMap::new())
+        .await
+        .expect("the first holder begins");
+    lock(&store, &b, &t, &holder.record.id, 2, "held@2").await;
+    let line = {
+        let (b, store, t) = (b.clone(), store.clone(), t.clone());
+        tokio::spawn(async move {
+            for _ in 0..2 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let next = b
+                    .begin_transaction(&t.id, "batch_commit", "", BTreeMap::new())
+                    .await
+                    .expect("the next holder begins");
+                lock(&store, &b, &t, &next.record.id, 2, "held@2").await;
+                b.finish_transaction(&mut holder, TxStatus::Failed, None, &BTreeMap::new())
+                    .await
+                    .expect("the holder before it is failed");
+                holder = next;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            b.finish_transaction(&mut holder, TxStatus::Failed, None, &BTreeMap::new())
+                .await
+                .expect("the last holder is failed");
+        })
+    };
+    let mine = stage(&a, &store, &t, 2, "mine@2").await;
+    let (_, done) = a
+        .commit_batch(&ctx, vec![(t.id.clone(), Change::Version(mine))])
+        .await
+        .expect("the batch behind a moving line commits");
+    line.await.expect("the line of holders ran");
+    assert_eq!(done.iter().map(version_of).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(visible(&b, &store, &t).await, 2);
+    assert_eq!(
+        body_at(&store, &final_key(&t, 2)).await.as_deref(),
+        Some("mine@2")
+    );
+
+    // One batch holds version 3 for longer than `commit_wait`: the waiting batch is refused.
+    let stuck = b
+        .begin_transaction(&t.id, "batch_commit", "", BTreeMap::new())
+        .await
+        .expect("the stuck holder begins");
+    lock(&store, &b, &t, &stuck.record.id, 3, "stuck@3").await;
+    let mine = stage(&a, &store, &t, 3, "mine@3").await;
+    let err = a
+        .commit_batch(&ctx, vec![(t.id.clone(), Change::Version(mine))])
+        .await
+        .expect_err("a batch behind a holder that does not move is refused");
+    assert_eq!(err.code, Code::ConcurrentModification, "{err}");
+    assert!(
+        err.message
+            .contains(&format!("held by batch commit {}", stuck.record.id)),
+        "{err}"
+    );
+    assert_eq!(visible(&b, &store, &t).await, 2);
+    assert_eq!(body_at(&store, &final_key(&t, 3)).await, None);
+}

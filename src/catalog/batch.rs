@@ -188,6 +188,24 @@ impl Entry {
     }
 }
 
+/// How long a batch taking its tables in order waits for the batches ahead of it: each one
+/// holding a table it needs for up to `each`, all of them until `until`.
+#[derive(Clone, Copy)]
+struct Line {
+    until: Instant,
+    each: Duration,
+}
+
+impl Line {
+    /// The patience for one holder: `each`, within what is left of the line's wait.
+    fn patience(&self) -> Patience {
+        Patience::new(
+            self.each
+                .min(self.until.saturating_duration_since(Instant::now())),
+        )
+    }
+}
+
 /// What trying to lock one entry came to.
 enum Taken {
     Locked(Locked),
@@ -591,8 +609,11 @@ impl Catalog {
     /// Step 3: every entry's intent staged and every head locked. The common case takes
     /// them all at once. When another batch holds one of the heads, the heads taken are let
     /// go and taken again one by one in one global order (their keys'), each waited for
-    /// while a live batch holds it (`commit_wait` in all): two batches then never each hold
-    /// a table the other waits for, so of overlapping batches one always gets through.
+    /// while a live batch holds it: two batches then never each hold a table the other
+    /// waits for, so of overlapping batches one always gets through. The wait is for a line
+    /// that moves (`Line`): each batch holding a table is waited for up to `commit_wait`,
+    /// and the line in all up to twice that, so a batch behind several others that each
+    /// commit in turn is not refused as held while the ones ahead of it keep committing.
     /// Answers what was taken, by entry, and the error that stops the batch, if any.
     async fn lock_entries(
         &self,
@@ -632,16 +653,20 @@ impl Catalog {
             }
         }
         order.sort();
-        let deadline = Instant::now() + self.commit_wait;
+        let line = Line {
+            until: Instant::now() + 2 * self.commit_wait,
+            each: self.commit_wait,
+        };
         for (_, i) in order {
-            match self.lock_entry(&checked[i], id, Some(deadline)).await {
+            match self.lock_entry(&checked[i], id, Some(line)).await {
                 Ok(Taken::Locked(l)) => locked[i] = Some(l),
                 Ok(Taken::Held(by)) => {
                     let error = conflict(format!(
-                        "table '{}' is held by batch commit {by}, which is committing (waited {} \
-                         ms for it)",
+                        "table '{}' is held by batch commit {by}, which is committing (waited up \
+                         to {} ms for it, {} ms for the batches ahead of this one in all)",
                         self.show(&checked[i].record.id),
-                        self.commit_wait.as_millis()
+                        line.each.as_millis(),
+                        2 * line.each.as_millis()
                     ));
                     return (locked, Some(error));
                 }
@@ -948,7 +973,7 @@ impl Catalog {
     /// or deregister staged as an intent batch `id` decides.
     /// With `wait`, a head another batch holds is waited for until then; without, it is
     /// answered `Held` at once.
-    async fn lock_entry(&self, entry: &Entry, id: &str, wait: Option<Instant>) -> Result<Taken> {
+    async fn lock_entry(&self, entry: &Entry, id: &str, wait: Option<Line>) -> Result<Taken> {
         match &entry.kind {
             Kind::Declare {
                 location,
@@ -986,11 +1011,11 @@ impl Catalog {
     }
 
     /// `lock_entry` for an entry that commits or deletes versions.
-    async fn lock_head(&self, entry: &Entry, id: &str, wait: Option<Instant>) -> Result<Taken> {
+    async fn lock_head(&self, entry: &Entry, id: &str, wait: Option<Line>) -> Result<Taken> {
         let branch = entry.branch.as_deref();
         let key = self.head_key_of(&entry.record, branch)?;
-        let mut patience =
-            wait.map(|deadline| Patience::new(deadline.saturating_duration_since(Instant::now())));
+        // The batch waited for, and the patience left for it.
+        let mut waiting: Option<(String, Patience)> = None;
         let mut tries = 0;
         while tries < LOCK_TRIES {
             let (log, stored) = self
@@ -1010,11 +1035,16 @@ impl Catalog {
                             .unwrap_or_else(|| Self::new_head(&entry.record, 0)),
                     }));
                 }
-                let waited = match patience.as_mut() {
-                    Some(patience) => patience.wait().await,
-                    None => false,
+                let Some(line) = wait else {
+                    return Ok(Taken::Held(lock.transaction_id.clone()));
                 };
-                if waited {
+                let holder = &lock.transaction_id;
+                if waiting.as_ref().is_none_or(|(by, _)| by != holder) {
+                    // The line moved (or the wait begins): this holder gets its own patience.
+                    waiting = Some((holder.clone(), line.patience()));
+                }
+                let (_, patience) = waiting.as_mut().expect("set just above");
+                if patience.wait().await {
                     continue;
                 }
                 return Ok(Taken::Held(lock.transaction_id.clone()));

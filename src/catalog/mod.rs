@@ -99,9 +99,10 @@ pub struct Settings {
     pub managed_versioning: bool,
     /// The maintenance policy of tables whose properties do not override it.
     pub maintenance: policy::Policy,
-    /// How long a commit may wait, in all, for tables another batch holds, and for the
-    /// store to say whether its deciding write landed (`batch`): a quarter of the grace
-    /// period, at most 10 s, and at most a quarter of the request timeout where one is set.
+    /// How long a commit may wait for one batch holding a table it needs (twice that for
+    /// all the batches ahead of it), and for the store to say whether its deciding write
+    /// landed (`batch`): a quarter of the grace period, at most 10 s, and at most a quarter
+    /// of the request timeout where one is set, so the three waits end within the request.
     pub commit_wait: Duration,
 }
 
