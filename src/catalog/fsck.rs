@@ -29,6 +29,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use futures::StreamExt;
+
 use serde::Serialize;
 
 use super::Catalog;
@@ -88,6 +90,22 @@ impl Report {
 }
 
 const NOTES: &[&str] = &["void-mark", "orphan-data"];
+
+/// Tables whose own checks run at once: a far store's latency is paid once a batch, not
+/// once a table.
+const CHECKS_AT_ONCE: usize = 16;
+
+/// A finding before it is reported: problem, object, detail, whether repaired.
+type Found = (&'static str, String, String, bool);
+
+/// A read or repair of one object failed: what is reported.
+fn failure(object: String, what: &str, e: Error) -> Found {
+    let detail = match e.detail {
+        Some(d) => format!("{what}: {} ({d})", e.message),
+        None => format!("{what}: {}", e.message),
+    };
+    ("check-failed", object, detail, false)
+}
 const RESTORED: &str = "; repair makes it again, with no properties";
 
 /// The id below its cell of a record key `<prefix><seg>/.../<seg>.json`.
@@ -139,6 +157,22 @@ impl<'a> FolderIndex<'a> {
         let at = self.0.partition_point(|f| *f < inside.as_str());
         self.0.get(at).is_some_and(|f| f.starts_with(&inside))
     }
+}
+
+/// What the checks of the whole warehouse (shared folders, claims and datasets no table
+/// holds) need of a table, once its own checks are done.
+struct Kept {
+    uid: Box<str>,
+    data_key: Box<str>,
+    id: Box<[String]>,
+}
+
+/// What a table's folder claim was found to be.
+enum Claim {
+    /// Its own (no finding), another table's, or unreadable.
+    Found(Option<Found>),
+    /// Missing: restored, or reported, in the walk's order (`restore_claim`).
+    Missing,
 }
 
 /// What the unfinished operations left after the check hold: table uids, data folders and
@@ -255,11 +289,8 @@ impl Cell<'_> {
 
     /// A read or repair of one object failed: reported, and the check goes on.
     fn failed(&mut self, object: String, what: &str, e: Error) {
-        let detail = match e.detail {
-            Some(d) => format!("{what}: {} ({d})", e.message),
-            None => format!("{what}: {}", e.message),
-        };
-        self.find("check-failed", object, detail, false);
+        let (problem, object, detail, repaired) = failure(object, what, e);
+        self.find(problem, object, detail, repaired);
     }
 
     fn show(&self, rel: &[String]) -> String {
@@ -348,44 +379,65 @@ impl Cell<'_> {
             }
         }
 
-        // 4. Tables.
+        // 4. Tables, each checked as it is read; what the checks of the whole need of it is
+        // kept (`Kept`), not its record, so a million tables fit in a few hundred MiB.
         let tables_prefix = Layout::all_tables_prefix(&self.cell);
-        let mut tables: Vec<TableRecord> = Vec::new();
-        for key in cat.all_keys(&tables_prefix, false).await? {
-            let record = match cat.read::<TableRecord>(&key).await {
-                Ok(Some((record, _))) => record,
-                Ok(None) => continue,
-                Err(e) => {
-                    self.find("unreadable-record", key, e.message, false);
+        let mut tables: Vec<Kept> = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = cat
+                .store
+                .list(&tables_prefix, after.as_deref(), super::PAGE, false)
+                .await?;
+            after = page.keys.last().cloned();
+            // The page's records read `CHECKS_AT_ONCE` at a time, looked at in key order.
+            let records: Vec<(String, Result<Option<(TableRecord, String)>>)> =
+                futures::stream::iter(page.keys)
+                    .map(|key| async move {
+                        let record = cat.read::<TableRecord>(&key).await;
+                        (key, record)
+                    })
+                    .buffered(CHECKS_AT_ONCE)
+                    .collect()
+                    .await;
+            let mut read: Vec<TableRecord> = Vec::with_capacity(records.len());
+            for (key, record) in records {
+                let record = match record {
+                    Ok(Some((record, _))) => record,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        self.find("unreadable-record", key, e.message, false);
+                        continue;
+                    }
+                };
+                let placed = record
+                    .id
+                    .get(self.base.len()..)
+                    .filter(|rel| !rel.is_empty() && record.id.starts_with(&self.base))
+                    .map(|rel| Layout::table_key_of_rel(&self.cell, rel));
+                if placed.as_deref() != Some(key.as_str())
+                    || !record.data_key.starts_with(&self.cell)
+                {
+                    self.find(
+                        "misplaced-record",
+                        key,
+                        format!(
+                            "holds table '{}' with folder '{}', which belong elsewhere",
+                            cat.show(&record.id),
+                            record.data_key
+                        ),
+                        false,
+                    );
                     continue;
                 }
-            };
-            let placed = record
-                .id
-                .get(self.base.len()..)
-                .filter(|rel| !rel.is_empty() && record.id.starts_with(&self.base))
-                .map(|rel| Layout::table_key_of_rel(&self.cell, rel));
-            if placed.as_deref() != Some(key.as_str()) || !record.data_key.starts_with(&self.cell) {
-                self.find(
-                    "misplaced-record",
-                    key,
-                    format!(
-                        "holds table '{}' with folder '{}', which belong elsewhere",
-                        cat.show(&record.id),
-                        record.data_key
-                    ),
-                    false,
-                );
-                continue;
-            }
-            let mut record = record;
-            if let Some(mark) = &record.mark {
-                self.void_mark(mark, &record.id, true).await;
-            }
-            let uri = cat.layout.uri_of(&record.data_key);
-            if record.location != uri {
-                let repaired = self.how.relocate && self.relocate(&key, &uri).await;
-                self.find(
+                let mut record = record;
+                if let Some(mark) = &record.mark {
+                    self.void_mark(mark, &record.id, true).await;
+                }
+                let uri = cat.layout.uri_of(&record.data_key);
+                if record.location != uri {
+                    let repaired = self.how.relocate && self.relocate(&key, &uri).await;
+                    self.find(
                     "location-mismatch",
                     cat.show(&record.id),
                     format!(
@@ -394,37 +446,61 @@ impl Cell<'_> {
                     ),
                     repaired,
                 );
-                // The data is checked where the folder is in this warehouse.
-                record.location = uri;
+                    // The data is checked where the folder is in this warehouse.
+                    record.location = uri;
+                }
+                let t = &record;
+                let rel = &t.id[self.base.len()..];
+                let parent = &rel[..rel.len() - 1];
+                if !parent.is_empty() && !namespaces.contains(parent) {
+                    let repaired = self
+                        .restore_namespaces(parent, &namespaces, &mut restored)
+                        .await;
+                    self.find(
+                        "table-without-namespace",
+                        cat.show(&t.id),
+                        format!(
+                            "its namespace '{}' does not exist{RESTORED}",
+                            self.show(parent)
+                        ),
+                        repaired,
+                    );
+                }
+                read.push(record);
             }
-            tables.push(record);
+            // Each table's own checks, `CHECKS_AT_ONCE` tables at a time (a far store's
+            // latency is not paid table after table), reported in the walk's order.
+            let found: Vec<(Claim, Vec<Found>)> = futures::stream::iter(&read)
+                .map(|t| self.check_table(t))
+                .buffered(CHECKS_AT_ONCE)
+                .collect()
+                .await;
+            for (record, (claim, found)) in read.into_iter().zip(found) {
+                // A missing claim is restored here, in the walk's order, as when the tables
+                // were checked one by one: of two tables on one folder, the first walked
+                // gets the claim and the other is reported as the folder's other table.
+                let claim = match claim {
+                    Claim::Missing => Some(self.restore_claim(&record).await),
+                    Claim::Found(found) => found,
+                };
+                for (problem, object, detail, repaired) in claim.into_iter().chain(found) {
+                    self.find(problem, object, detail, repaired);
+                }
+                tables.push(Kept {
+                    uid: record.uid.into(),
+                    data_key: record.data_key.into(),
+                    id: record.id.into(),
+                });
+            }
+            if !page.more || after.is_none() {
+                break;
+            }
         }
         self.report.tables += tables.len();
-        for t in &tables {
-            let rel = &t.id[self.base.len()..];
-            let parent = &rel[..rel.len() - 1];
-            if !parent.is_empty() && !namespaces.contains(parent) {
-                let repaired = self
-                    .restore_namespaces(parent, &namespaces, &mut restored)
-                    .await;
-                self.find(
-                    "table-without-namespace",
-                    cat.show(&t.id),
-                    format!(
-                        "its namespace '{}' does not exist{RESTORED}",
-                        self.show(parent)
-                    ),
-                    repaired,
-                );
-            }
-            self.check_claim(t).await;
-            self.check_data(t).await;
-            self.check_log(t).await;
-        }
         self.shared_folders(&tables);
 
         // 5. Claims and dataset folders no one holds.
-        let uids: HashSet<&str> = tables.iter().map(|t| t.uid.as_str()).collect();
+        let uids: HashSet<&str> = tables.iter().map(|t| &*t.uid).collect();
         let mut unheld_claims: BTreeMap<String, (String, String)> = BTreeMap::new();
         for key in claim_keys {
             let (claim, etag) = match cat.read::<LocationClaim>(&key).await {
@@ -462,7 +538,7 @@ impl Cell<'_> {
                 }
             }
         }
-        let table_folders = FolderIndex::new(tables.iter().map(|t| t.data_key.as_str()));
+        let table_folders = FolderIndex::new(tables.iter().map(|t| &*t.data_key));
         for folder in &datasets {
             let held_by_table = table_folders.overlaps(folder);
             if held_by_table || held.holds_folder(folder) {
@@ -668,114 +744,143 @@ impl Cell<'_> {
             .is_ok()
     }
 
-    async fn check_claim(&mut self, t: &TableRecord) {
+    /// Table `t`'s own checks (its claim, its data, then its commit log): what they found.
+    /// Its data is looked at before its log is settled, as when the checks ran one by one.
+    async fn check_table(&self, t: &TableRecord) -> (Claim, Vec<Found>) {
+        let (claim, (data, log)) = tokio::join!(self.check_claim(t), async {
+            let data = self.check_data(t).await;
+            (data, self.check_log(t).await)
+        });
+        (claim, [data, log].into_iter().flatten().collect())
+    }
+
+    /// Table `t`'s folder claim, read (a missing one is restored by `restore_claim`).
+    async fn check_claim(&self, t: &TableRecord) -> Claim {
         let cat = self.cat;
         let key = Layout::location_claim_key(&self.cell, &t.data_key);
         match cat.read::<LocationClaim>(&key).await {
-            Ok(Some((claim, _))) if claim.uid == t.uid => {}
-            Ok(Some((claim, _))) => self.find(
-                "claim-of-another",
+            Ok(Some((claim, _))) => Claim::Found(self.claim_of_another(t, &claim)),
+            Ok(None) => Claim::Missing,
+            Err(e) => Claim::Found(Some(failure(
                 cat.show(&t.id),
+                "reading its folder claim",
+                e,
+            ))),
+        }
+    }
+
+    /// A claim found on table `t`'s folder: the finding when it is another table's.
+    fn claim_of_another(&self, t: &TableRecord, claim: &LocationClaim) -> Option<Found> {
+        (claim.uid != t.uid).then(|| {
+            (
+                "claim-of-another",
+                self.cat.show(&t.id),
                 format!(
                     "its data folder {} is claimed by table '{}' (uid {})",
                     t.location,
-                    cat.show(&claim.table),
+                    self.cat.show(&claim.table),
                     claim.uid
                 ),
                 false,
-            ),
-            Ok(None) => {
-                let claim = LocationClaim {
-                    format_version: FORMAT_VERSION,
-                    uid: t.uid.clone(),
-                    table: t.id.clone(),
-                };
-                // Claimed as a create would: refused if a folder above or below is claimed.
-                let repaired = self.how.repair
-                    && cat
-                        .write(&key, encode(&claim), Condition::IfAbsent)
-                        .await
-                        .is_ok();
-                self.find(
-                    "missing-claim",
-                    cat.show(&t.id),
-                    format!("its data folder {} is not claimed", t.location),
-                    repaired,
-                );
-            }
-            Err(e) => self.failed(cat.show(&t.id), "reading its folder claim", e),
+            )
+        })
+    }
+
+    /// Table `t`'s folder claim, found missing: reported, and written again (if absent still)
+    /// under repair. When another table's claim was written first, that is what is reported.
+    async fn restore_claim(&self, t: &TableRecord) -> Found {
+        let cat = self.cat;
+        let key = Layout::location_claim_key(&self.cell, &t.data_key);
+        let claim = LocationClaim {
+            format_version: FORMAT_VERSION,
+            uid: t.uid.clone(),
+            table: t.id.clone(),
+        };
+        let missing = (
+            "missing-claim",
+            cat.show(&t.id),
+            format!("its data folder {} is not claimed", t.location),
+        );
+        if !self.how.repair {
+            return (missing.0, missing.1, missing.2, false);
         }
+        // Claimed as a create would: refused if a folder above or below is claimed.
+        if cat
+            .write(&key, encode(&claim), Condition::IfAbsent)
+            .await
+            .is_ok()
+        {
+            return (missing.0, missing.1, missing.2, true);
+        }
+        match cat.read::<LocationClaim>(&key).await {
+            Ok(Some((found, _))) => self.claim_of_another(t, &found),
+            _ => None,
+        }
+        .unwrap_or((missing.0, missing.1, missing.2, false))
     }
 
     /// A commit log left unsettled by a gateway that stopped (`log`): a committed version
     /// not yet published, or the lock of a batch that will not commit. Readers and writers
     /// settle it when they come; repair settles it now.
-    async fn check_log(&mut self, t: &TableRecord) {
+    async fn check_log(&self, t: &TableRecord) -> Option<Found> {
         let cat = self.cat;
         match cat.unsettled(t).await {
-            Ok(None) => {}
+            Ok(None) => None,
             Ok(Some(what)) => {
                 let repaired = self.how.repair && cat.settle_log(t, None).await.is_ok();
-                self.find("unsettled-commit", cat.show(&t.id), what, repaired);
+                Some(("unsettled-commit", cat.show(&t.id), what, repaired))
             }
-            Err(e) => self.failed(cat.show(&t.id), "reading its commit log", e),
+            Err(e) => Some(failure(cat.show(&t.id), "reading its commit log", e)),
         }
     }
 
-    async fn check_data(&mut self, t: &TableRecord) {
+    async fn check_data(&self, t: &TableRecord) -> Option<Found> {
         let cat = self.cat;
         match cat.has_data(t).await {
-            Ok(true) => {
-                if let Err(e) = cat.dataset_details(t).await {
-                    self.find(
-                        "unreadable-dataset",
-                        cat.show(&t.id),
-                        format!(
-                            "its data folder {} does not open as a Lance dataset: {}",
-                            t.location,
-                            e.detail.as_deref().unwrap_or(&e.message)
-                        ),
-                        false,
-                    );
-                }
-            }
-            Ok(false) if t.origin == "register" => self.find(
+            Ok(true) => cat.dataset_details(t).await.err().map(|e| {
+                (
+                    "unreadable-dataset",
+                    cat.show(&t.id),
+                    format!(
+                        "its data folder {} does not open as a Lance dataset: {}",
+                        t.location,
+                        e.detail.as_deref().unwrap_or(&e.message)
+                    ),
+                    false,
+                )
+            }),
+            Ok(false) if t.origin == "register" => Some((
                 "missing-data",
                 cat.show(&t.id),
                 format!("registered at {}, which holds no Lance dataset", t.location),
                 false,
-            ),
-            Ok(false) => {}
-            Err(e) => self.failed(cat.show(&t.id), "looking for its data", e),
+            )),
+            Ok(false) => None,
+            Err(e) => Some(failure(cat.show(&t.id), "looking for its data", e)),
         }
     }
 
     /// Table `t` and table `other` on one folder: reported, for a person to decide.
-    fn two_tables(
-        &mut self,
-        problem: &'static str,
-        t: &TableRecord,
-        how: &str,
-        other: &TableRecord,
-    ) {
+    fn two_tables(&mut self, problem: &'static str, t: &Kept, how: &str, other: &Kept) {
+        // Their locations, as the walk checked them: their folders in this warehouse.
         let detail = format!(
             "{how} that of table '{}' ({} and {})",
             self.cat.show(&other.id),
-            t.location,
-            other.location
+            self.cat.layout.uri_of(&t.data_key),
+            self.cat.layout.uri_of(&other.data_key)
         );
         self.find(problem, self.cat.show(&t.id), detail, false);
     }
 
-    fn shared_folders(&mut self, tables: &[TableRecord]) {
-        let mut by_folder: BTreeMap<&str, &TableRecord> = BTreeMap::new();
+    fn shared_folders(&mut self, tables: &[Kept]) {
+        let mut by_folder: BTreeMap<&str, &Kept> = BTreeMap::new();
         for t in tables {
             if let Some(other) = by_folder.insert(&t.data_key, t) {
                 self.two_tables("shared-folder", t, "shares its data folder with", other);
             }
         }
         for t in tables {
-            let mut above = t.data_key.as_str();
+            let mut above = &*t.data_key;
             while let Some(cut) = above.rfind('/') {
                 above = &above[..cut];
                 if let Some(outer) = by_folder.get(above) {

@@ -265,6 +265,28 @@ def test_two_tables_on_one_folder_are_reported_and_left(wh):
     check(wh, [("shared-folder", "ml$a2")], repairable=False)
 
 
+def test_a_lost_claim_over_two_tables_goes_back_to_the_first_walked(wh):
+    """Two tables (two uids) on one folder whose claim is gone: repair gives the claim back
+    to the first table walked, as a check of one table after another would, and reports the
+    other as holding a folder claimed by it; the shared folder is left for a person."""
+    record = read_json(cat(wh, "tables", "ml", "a.json"))
+    record["id"], record["uid"] = ["ml", "a2"], "f" * 32
+    write_json(cat(wh, "tables", "ml", "a2.json"), record)
+    os.remove(cat(wh, "locations", "ml", "a%2Elance.json"))
+    before = snapshot(wh)
+    code, report = fsck(wh)
+    assert (code, found(report)) == (1, [("missing-claim", "ml$a"), ("missing-claim", "ml$a2"),
+                                         ("shared-folder", "ml$a2")]), report
+    assert snapshot(wh) == before, "fsck without --repair changed the warehouse"
+    code, report = fsck(wh, "--repair")
+    assert code == 1 and found(report) == [("claim-of-another", "ml$a2"), ("missing-claim", "ml$a"),
+                                           ("shared-folder", "ml$a2")], report
+    assert found(report, left_only=True) == [("claim-of-another", "ml$a2"), ("shared-folder", "ml$a2")]
+    assert read_json(cat(wh, "locations", "ml", "a%2Elance.json"))["table"] == ["ml", "a"]
+    code, report = fsck(wh)
+    assert (code, found(report)) == (1, [("claim-of-another", "ml$a2"), ("shared-folder", "ml$a2")]), report
+
+
 def test_everything_at_once_then_one_repair(wh):
     os.remove(cat(wh, "locations", "ml", "a%2Elance.json"))
     os.remove(cat(wh, "ns", "ops.json"))
