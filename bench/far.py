@@ -7,7 +7,9 @@ the same proxy.
 
 For each catalog operation it reports p50 and p99 over one keep-alive client, in
 milliseconds and in store latencies (the time divided by the delay: how many store round
-trips the client waited on in turn), and describe's throughput at 32 connections (wrk).
+trips the client waited on in turn), and describe's throughput at 32 connections (wrk). For the gateways (not the cached run) it
+then declares `--fsck-tables` more tables and times `admin fsck` over the folder through the
+same proxy: how a check of the whole warehouse pays the store's latency.
 The proxy is Python: at 0 ms it adds its own overhead (a fraction of a millisecond per
 request), the same for every server.
 
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -131,6 +134,37 @@ def answering_from_memory(port, metrics_port, tag, timeout=60):
     raise RuntimeError("the gateway did not start answering from memory")
 
 
+def declare_many(port, n, tag, clients=8):
+    """`n` tables declared by `clients` connections at once, in namespace `fsck<tag>`."""
+    enc, root = metadata.enc, [f"fsck{tag}"]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    timed(conn, "POST", f"/v1/namespace/{enc(root)}/create", {"id": root})
+
+    def some(k):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for i in range(k, n, clients):
+            t = root + [f"t{i}"]
+            timed(c, "POST", f"/v1/table/{enc(t)}/declare", {"id": t})
+    threads = [threading.Thread(target=some, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def fsck_seconds(binary, warehouse, endpoint):
+    """`admin fsck` over `warehouse` through `endpoint`, to its end: seconds."""
+    started = time.perf_counter()
+    out = subprocess.run([binary, "admin", "fsck", "--warehouse", warehouse, "--s3-endpoint", endpoint,
+                          "--s3-region", "us-east-1", "--json"], capture_output=True, text=True,
+                         env={**os.environ, **KEYS})
+    took = time.perf_counter() - started
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    report = json.loads(out.stdout)["report"]
+    assert report["tables"] >= 1, report
+    return took
+
+
 def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
@@ -144,6 +178,8 @@ def main():
     ap.add_argument("--gateway", default=os.environ.get("LANCE_GATEWAY_BIN"))
     ap.add_argument("--against", help="main's binary, through the same proxy in the same run")
     ap.add_argument("--ratios", help="append the ratios to this file, as JSON lines (bench/guard)")
+    ap.add_argument("--fsck-tables", type=int, default=200,
+                    help="tables declared before `admin fsck` is timed (0: no fsck)")
     args = ap.parse_args()
     wrk, gateway_bin = metadata.tools(args)
     sw = seaweedfs.start(os.path.join(tempfile.mkdtemp(), "weed.log"))
@@ -188,11 +224,17 @@ def main():
                 server = metadata.Server(name, argv, port)
                 if cached:
                     answering_from_memory(port, metrics_port, folder.replace("-", ""))
+                fsck = binary and not cached and args.fsck_tables
                 try:
                     ops = operations(port, args.rounds, folder.replace("-", ""))
+                    if fsck:
+                        declare_many(port, args.fsck_tables, folder.replace("-", ""))
                     rate = describe_throughput(port, wrk, args.seconds, folder.replace("-", ""))
                 finally:
                     server.stop()
+                if fsck:
+                    took = fsck_seconds(binary, f"s3://{bucket}/{folder}", proxy.endpoint)
+                    rows[(delay_ms, f"admin fsck, {args.fsck_tables} tables and more (s)", name)] = (took, None)
                 for op, ms in ops.items():
                     rows[(delay_ms, op, name)] = (statistics.median(ms), pct(ms, 99))
                 rows[(delay_ms, "describe, 32 connections (req/s)", name)] = (rate, None)
@@ -211,7 +253,7 @@ def main():
             if v is None:
                 cells.append("not served")
             elif v[1] is None:
-                cells.append(f"{v[0]:.0f}")
+                cells.append(f"{v[0]:.1f}" if op.endswith("(s)") else f"{v[0]:.0f}")
             elif delay_ms:
                 cells.append(f"{v[0]:.1f} / {v[1]:.1f} ({v[0] / delay_ms:.1f} / {v[1] / delay_ms:.1f})")
             else:

@@ -502,8 +502,17 @@ impl Cell<'_> {
         // 5. Claims and dataset folders no one holds.
         let uids: HashSet<&str> = tables.iter().map(|t| &*t.uid).collect();
         let mut unheld_claims: BTreeMap<String, (String, String)> = BTreeMap::new();
-        for key in claim_keys {
-            let (claim, etag) = match cat.read::<LocationClaim>(&key).await {
+        // Read `CHECKS_AT_ONCE` at a time, looked at in key order.
+        let mut claims = std::pin::pin!(
+            futures::stream::iter(claim_keys)
+                .map(|key| async move {
+                    let claim = cat.read::<LocationClaim>(&key).await;
+                    (key, claim)
+                })
+                .buffered(CHECKS_AT_ONCE)
+        );
+        while let Some((key, claim)) = claims.next().await {
+            let (claim, etag) = match claim {
                 Ok(Some(found)) => found,
                 Ok(None) => continue,
                 Err(e) => {
