@@ -287,6 +287,25 @@ impl Cell<'_> {
         });
     }
 
+    /// `object` (a namespace or table) whose namespace `parent` (`what`) does not exist:
+    /// reported, and with repair the namespace and those missing above it made again.
+    async fn missing_parent(
+        &mut self,
+        problem: &'static str,
+        object: String,
+        what: &str,
+        parent: &[String],
+        namespaces: &HashSet<Vec<String>>,
+        restored: &mut HashSet<Vec<String>>,
+    ) {
+        if parent.is_empty() || namespaces.contains(parent) {
+            return;
+        }
+        let repaired = self.restore_namespaces(parent, namespaces, restored).await;
+        let detail = format!("{what} '{}' does not exist{RESTORED}", self.show(parent));
+        self.find(problem, object, detail, repaired);
+    }
+
     /// A read or repair of one object failed: reported, and the check goes on.
     fn failed(&mut self, object: String, what: &str, e: Error) {
         let (problem, object, detail, repaired) = failure(object, what, e);
@@ -362,37 +381,27 @@ impl Cell<'_> {
         sorted.sort();
         let mut restored: HashSet<Vec<String>> = HashSet::new();
         for rel in &sorted {
-            let parent = &rel[..rel.len() - 1];
-            if !parent.is_empty() && !namespaces.contains(parent) {
-                let repaired = self
-                    .restore_namespaces(parent, &namespaces, &mut restored)
-                    .await;
-                self.find(
-                    "namespace-without-parent",
-                    self.show(rel),
-                    format!(
-                        "its parent namespace '{}' does not exist{RESTORED}",
-                        self.show(parent)
-                    ),
-                    repaired,
-                );
-            }
+            let object = self.show(rel);
+            self.missing_parent(
+                "namespace-without-parent",
+                object,
+                "its parent namespace",
+                &rel[..rel.len() - 1],
+                &namespaces,
+                &mut restored,
+            )
+            .await;
         }
 
         // 4. Tables, each checked as it is read; what the checks of the whole need of it is
         // kept (`Kept`), not its record, so a million tables fit in a few hundred MiB.
         let tables_prefix = Layout::all_tables_prefix(&self.cell);
         let mut tables: Vec<Kept> = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = cat
-                .store
-                .list(&tables_prefix, after.as_deref(), super::PAGE, false)
-                .await?;
-            after = page.keys.last().cloned();
+        let mut pages = std::pin::pin!(cat.key_pages(&tables_prefix, false));
+        while let Some(keys) = pages.next().await.transpose()? {
             // The page's records read `CHECKS_AT_ONCE` at a time, looked at in key order.
             let records: Vec<(String, Result<Option<(TableRecord, String)>>)> =
-                futures::stream::iter(page.keys)
+                futures::stream::iter(keys)
                     .map(|key| async move {
                         let record = cat.read::<TableRecord>(&key).await;
                         (key, record)
@@ -437,35 +446,25 @@ impl Cell<'_> {
                 let uri = cat.layout.uri_of(&record.data_key);
                 if record.location != uri {
                     let repaired = self.how.relocate && self.relocate(&key, &uri).await;
-                    self.find(
-                    "location-mismatch",
-                    cat.show(&record.id),
-                    format!(
-                        "its location {} is not its folder in this warehouse, {uri} (a moved or copied warehouse?); --repair --relocate points it there",
+                    let detail = format!(
+                        "its location {} is not its folder in this warehouse, {uri} (a moved \
+                         or copied warehouse?); --repair --relocate points it there",
                         record.location
-                    ),
-                    repaired,
-                );
+                    );
+                    self.find("location-mismatch", cat.show(&record.id), detail, repaired);
                     // The data is checked where the folder is in this warehouse.
                     record.location = uri;
                 }
-                let t = &record;
-                let rel = &t.id[self.base.len()..];
-                let parent = &rel[..rel.len() - 1];
-                if !parent.is_empty() && !namespaces.contains(parent) {
-                    let repaired = self
-                        .restore_namespaces(parent, &namespaces, &mut restored)
-                        .await;
-                    self.find(
-                        "table-without-namespace",
-                        cat.show(&t.id),
-                        format!(
-                            "its namespace '{}' does not exist{RESTORED}",
-                            self.show(parent)
-                        ),
-                        repaired,
-                    );
-                }
+                let rel = &record.id[self.base.len()..];
+                self.missing_parent(
+                    "table-without-namespace",
+                    cat.show(&record.id),
+                    "its namespace",
+                    &rel[..rel.len() - 1],
+                    &namespaces,
+                    &mut restored,
+                )
+                .await;
                 read.push(record);
             }
             // Each table's own checks, `CHECKS_AT_ONCE` tables at a time (a far store's
@@ -491,9 +490,6 @@ impl Cell<'_> {
                     data_key: record.data_key.into(),
                     id: record.id.into(),
                 });
-            }
-            if !page.more || after.is_none() {
-                break;
             }
         }
         self.report.tables += tables.len();

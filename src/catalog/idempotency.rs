@@ -252,15 +252,12 @@ impl Catalog {
 
     /// Removes the keys of `cell` claimed more than `KEEP` ago; answers how many.
     pub(crate) async fn sweep_keys(&self, cell: &str) -> Result<u64> {
+        use futures::TryStreamExt;
         let prefix = Layout::keys_prefix(cell);
         let mut removed = 0;
-        let mut after: Option<String> = None;
-        loop {
-            let page = self
-                .store
-                .list(&prefix, after.as_deref(), super::PAGE, true)
-                .await?;
-            for key in &page.keys {
+        let mut pages = std::pin::pin!(self.key_pages(&prefix, true));
+        while let Some(keys) = pages.try_next().await? {
+            for key in &keys {
                 let Some(obj) = self.store.get(key).await? else {
                     continue;
                 };
@@ -271,11 +268,8 @@ impl Catalog {
                     removed += self.remove_unchanged(key, obj.etag).await?;
                 }
             }
-            if !page.more {
-                return Ok(removed);
-            }
-            after = page.keys.last().cloned();
         }
+        Ok(removed)
     }
 }
 

@@ -347,19 +347,32 @@ impl Catalog {
     /// Every key under `prefix`, in order, read a page at a time (`shallow`: direct
     /// children only, see `Store::list`).
     pub(crate) async fn all_keys(&self, prefix: &str, shallow: bool) -> Result<Vec<String>> {
-        let mut keys = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
+        use futures::TryStreamExt;
+        self.key_pages(prefix, shallow).try_concat().await
+    }
+
+    /// The keys under `prefix`, a page (`PAGE` keys) at a time, in key order: a walk that
+    /// looks at each page before listing the next holds one page, not the whole listing.
+    pub(crate) fn key_pages<'a>(
+        &'a self,
+        prefix: &'a str,
+        shallow: bool,
+    ) -> impl futures::Stream<Item = Result<Vec<String>>> + 'a {
+        // The state: where the next page starts, or None once the listing has ended.
+        futures::stream::try_unfold(Some(None::<String>), move |next| async move {
+            let Some(after) = next else {
+                return Ok(None);
+            };
             let page = self
                 .store
                 .list(prefix, after.as_deref(), PAGE, shallow)
                 .await?;
-            keys.extend(page.keys.iter().cloned());
-            after = page.keys.last().cloned();
-            if !page.more || after.is_none() {
-                return Ok(keys);
-            }
-        }
+            let next = match page.keys.last() {
+                Some(last) if page.more => Some(Some(last.clone())),
+                _ => None,
+            };
+            Ok(Some((page.keys, next)))
+        })
     }
 
     /// Every key under `prefix` with its ETag, page by page.
