@@ -69,7 +69,10 @@ class Server:
     def __init__(self, name, argv, port):
         self.name, self.port = name, port
         cache_whole_file(argv[0])
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        # Its output goes to a file: a pipe nobody reads fills up, and a gateway writing its
+        # log into a full pipe stops answering (far.py's runs hung on it).
+        self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name.split()[0]}-", suffix=".log", delete=False).name
+        self.proc = subprocess.Popen(argv, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
