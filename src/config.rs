@@ -457,6 +457,22 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_MAINTENANCE_SWEEP_SECS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub maintenance_sweep_secs: Option<u64>,
+    /// Ray's Jobs API (the dashboard's address, such as http://ray-head:8265): maintenance of tables past the policy's `maintenance.ray.*` thresholds runs there as Ray jobs instead of in the gateway [default: off, everything runs in the gateway].
+    #[arg(long, env = "LANCE_GATEWAY_RAY_ADDRESS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ray_address: Option<String>,
+    /// This gateway's REST address as the Ray cluster's workers reach it; a job opens its table and commits through it [default: http(s)://<listen address, or the host name when it listens on all>:<port>].
+    #[arg(long, env = "LANCE_GATEWAY_RAY_GATEWAY_URI")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ray_gateway_uri: Option<String>,
+    /// The token of a Ray cluster that authenticates callers (Ray's token authentication, `RAY_AUTH_MODE=token`): sent to its Jobs API as a bearer token [default: none].
+    #[arg(long, env = "LANCE_GATEWAY_RAY_TOKEN", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ray_token: Option<Secret>,
+    /// The API key a Ray job presents to this gateway, where callers must authenticate (a key from --api-keys whose principal may maintain the tables) [default: none].
+    #[arg(long, env = "LANCE_GATEWAY_RAY_API_KEY", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ray_api_key: Option<Secret>,
     /// This gateway's name among those sharing the warehouse; a gateway restarted under the same name settles its unfinished operations at once [default: <host name>:<port>].
     #[arg(long, env = "LANCE_GATEWAY_NODE_ID")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -603,6 +619,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// The read cache, when on.
     pub read_cache: Option<ReadCacheSettings>,
+    /// The Ray cluster heavy maintenance runs on, when one is configured.
+    pub ray: Option<crate::ray::RaySettings>,
 }
 
 #[derive(Clone, Debug)]
@@ -890,6 +908,36 @@ impl Config {
                 s.maintenance_sweep_secs,
                 3600,
             )?),
+            // The cluster's client is made when the gateway starts (`server`).
+            ray: None,
+        };
+        let ray = match s.ray_address.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(address) => {
+                check_url("ray-address", address)?;
+                let gateway_uri = match s.ray_gateway_uri.as_deref().map(str::trim) {
+                    None | Some("") => {
+                        let scheme = if tls.is_some() { "https" } else { "http" };
+                        let host = if listen.ip().is_unspecified() {
+                            host_name()
+                        } else {
+                            listen.ip().to_string()
+                        };
+                        format!("{scheme}://{host}:{}", listen.port())
+                    }
+                    Some(uri) => {
+                        check_url("ray-gateway-uri", uri)?;
+                        uri.trim_end_matches('/').to_string()
+                    }
+                };
+                Some(crate::ray::RaySettings {
+                    address: address.trim_end_matches('/').to_string(),
+                    gateway_uri,
+                    api_key: s.ray_api_key.filter(|k| !k.expose().trim().is_empty()),
+                    token: s.ray_token.filter(|k| !k.expose().trim().is_empty()),
+                    poll: Duration::from_secs(1),
+                })
+            }
         };
         let node_id = match s.node_id {
             Some(id)
@@ -960,6 +1008,7 @@ impl Config {
             node_id,
             log_format: s.log_format.unwrap_or(LogFormat::Text),
             read_cache,
+            ray,
         })
     }
 }

@@ -121,18 +121,30 @@ pub async fn start<W>(
 where
     W: FnOnce(&str) -> JoinHandle<Result<Figures>>,
 {
-    let mut tx = catalog
+    let tx = catalog
         .begin_transaction(spec.table, spec.op, spec.target, spec.before)
         .await?;
+    let work = work(&tx.record.id);
+    Ok(follow(catalog, tx, keeper, work))
+}
+
+/// Watches `work` to its end under transaction `tx`, which this gateway owns: one it began,
+/// or one it adopted from a gateway that stopped while the work went on elsewhere (a Ray
+/// job, `Catalog::adopt_transaction`).
+pub fn follow(
+    catalog: &Arc<Catalog>,
+    mut tx: Transaction,
+    keeper: Option<Arc<dyn Keeper>>,
+    work: JoinHandle<Result<Figures>>,
+) -> Running {
     let id = tx.record.id.clone();
-    let work = work(&id);
     let (done, outcome) = tokio::sync::oneshot::channel();
     let catalog = catalog.clone();
     tokio::spawn(async move {
         let result = watch(&catalog, &mut tx, keeper, work).await;
         let _ = done.send(result);
     });
-    Ok(Running { id, outcome })
+    Running { id, outcome }
 }
 
 /// Refreshes the record (and the lease) while `work` runs, stops it when a cancel is asked

@@ -17,6 +17,7 @@ pub mod data;
 pub mod error;
 pub mod jobs;
 pub mod maintain;
+pub mod ray;
 pub mod secrets;
 pub mod server;
 pub mod store;

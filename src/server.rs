@@ -389,11 +389,17 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
     );
     let audit = Arc::new(security.audit);
     // Maintenance listens for commits and sweeps the warehouse in the background.
+    let mut maintenance = config.maintenance.clone();
+    if let Some(ray) = &config.ray {
+        tracing::info!(address = %ray.address, gateway = %ray.gateway_uri, "maintenance past the policy's Ray thresholds runs on the Ray cluster");
+        maintenance.ray = Some(crate::ray::Ray::new(ray.clone()).map_err(|e| e.message)?);
+    }
+    let ray = maintenance.ray.clone();
     crate::maintain::Maintainer::new(
         catalog.clone(),
         datasets.clone(),
         audit.clone(),
-        config.maintenance.clone(),
+        maintenance,
     )
     .start();
     let state = AppState::new(api::Services {
@@ -403,6 +409,7 @@ pub async fn serve(config: Config, parts: Parts, listener: TcpListener) -> Resul
         audit,
         data: datasets,
         data_limits: config.data_limits,
+        ray,
     });
     let limits = Limits {
         max_body_bytes: config.max_body_bytes,

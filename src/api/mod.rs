@@ -47,6 +47,8 @@ pub struct Services {
     pub audit: Arc<Audit>,
     pub data: Arc<crate::data::LanceDatasets>,
     pub data_limits: crate::data::DataLimits,
+    /// The Ray cluster maintenance hands work to, when configured (`--ray-address`).
+    pub ray: Option<Arc<crate::ray::Ray>>,
 }
 
 impl AppState {

@@ -143,7 +143,7 @@ pub async fn describe(
         } else if r.op == "create_index" {
             super::data::indices::index_committed(&state, &ctx, r).await
         } else {
-            crate::maintain::committed(&state.catalog, &state.data, r).await
+            crate::maintain::committed(&state.catalog, &state.data, state.ray.as_ref(), r).await
         }
     })
     .await?;

@@ -74,6 +74,10 @@ pub struct Upkeep {
     pub table: Vec<String>,
     #[serde(default)]
     pub last: BTreeMap<String, LastRun>,
+    /// The transaction of a compaction running on the Ray cluster under this lease: a
+    /// gateway that takes the lease after its holder stopped adopts the job (`maintain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_ray: Option<String>,
 }
 
 impl Upkeep {

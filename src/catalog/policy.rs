@@ -61,6 +61,16 @@ pub struct Policy {
     /// zero deletes at once, as a drop did before format 3. Not switched off by `enabled`:
     /// it says what a drop means, not what maintenance does.
     pub drop_retention: Duration,
+    /// Where the heavy work runs when the gateway has a Ray cluster (`--ray-address`).
+    pub ray: RayPolicy,
+}
+
+/// Which jobs leave the gateway for its Ray cluster: those over a table this large. Without
+/// a cluster configured every job runs in the gateway whatever this says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RayPolicy {
+    /// A table with at least this many rows (deleted ones included) is compacted on Ray.
+    pub min_rows: u64,
 }
 
 impl Default for Policy {
@@ -90,6 +100,11 @@ impl Default for Policy {
             },
             // Lakekeeper's default soft-deletion expiry for Iceberg tables is 7 days too.
             drop_retention: Duration::from_secs(7 * 24 * 3600),
+            // Compaction in the gateway takes 9-12 s per million rows here (README): from
+            // there on it is worth a job's start (a few seconds) to keep it off the gateway.
+            ray: RayPolicy {
+                min_rows: 1_000_000,
+            },
         }
     }
 }
@@ -249,6 +264,14 @@ const PROPERTIES: &[Property] = &[
         what: "the newest versions kept whatever their age",
         apply: |p, v| {
             p.cleanup.keep_versions = positive(v)?;
+            Ok(())
+        },
+    },
+    Property {
+        name: "maintenance.ray.min_rows",
+        what: "rows from which a table's compaction runs on the Ray cluster (with --ray-address)",
+        apply: |p, v| {
+            p.ray.min_rows = count(v)?;
             Ok(())
         },
     },

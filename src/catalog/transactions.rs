@@ -329,6 +329,26 @@ impl Catalog {
         Ok(tx.record.cancel_requested)
     }
 
+    /// Takes over transaction `id` whose work goes on elsewhere (a Ray job) from a gateway
+    /// that stopped, or from this node's earlier run: this gateway owns and refreshes it
+    /// from now on. `None` when it has ended, or its owner is another gateway still alive,
+    /// or another gateway took it first.
+    pub async fn adopt_transaction(&self, id: &str) -> Result<Option<Transaction>> {
+        let (record, key, etag) = self
+            .read_transaction(&Ctx::internal(), id, Level::Read)
+            .await?;
+        if record.status.finished() || (record.node != self.node() && !self.abandoned(&record)) {
+            return Ok(None);
+        }
+        let mut adopted = record.clone();
+        adopted.node = self.node().to_string();
+        let mut tx = Transaction { key, etag, record };
+        match self.write_transaction(&mut tx, adopted).await? {
+            Written::Done => Ok(Some(tx)),
+            Written::Changed | Written::Gone => Ok(None),
+        }
+    }
+
     /// The owner's last write: the outcome, and what the work reported of itself.
     pub async fn finish_transaction(
         &self,

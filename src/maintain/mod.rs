@@ -71,6 +71,8 @@ pub struct Settings {
     pub delay: Duration,
     /// How often every table is looked at.
     pub sweep_interval: Duration,
+    /// The Ray cluster jobs past the policy's `maintenance.ray.*` thresholds run on.
+    pub ray: Option<Arc<crate::ray::Ray>>,
 }
 
 impl Default for Settings {
@@ -80,6 +82,7 @@ impl Default for Settings {
             concurrency: 1,
             delay: Duration::from_secs(30),
             sweep_interval: Duration::from_secs(3600),
+            ray: None,
         }
     }
 }
@@ -615,6 +618,13 @@ impl Maintainer {
         keeper: Arc<UpkeepKeeper>,
         report: &mut TableReport,
     ) -> Result<()> {
+        if let Some(run) = self.adopt(record, &keeper).await {
+            let failed = run.outcome == "failed";
+            report.runs.push(run);
+            if failed {
+                return Ok(());
+            }
+        }
         let Some(assessment) = self.assess(record, policy).await? else {
             return Ok(());
         };
@@ -623,8 +633,9 @@ impl Maintainer {
         report.due = due.iter().map(|(t, _)| t.name()).collect();
         report.figures = table_figures(&assessment);
         for (task, indices) in due {
+            let ray = self.ray_for(task, &assessment, policy);
             let run = self
-                .run_task(record, policy, task, &indices, keeper.clone())
+                .run_task(record, policy, task, &indices, keeper.clone(), ray)
                 .await;
             let failed = run.outcome == "failed";
             report.runs.push(run);
@@ -635,6 +646,13 @@ impl Maintainer {
             }
         }
         Ok(())
+    }
+
+    /// The Ray cluster `task` runs on for a table measured as `a`, if it leaves the gateway:
+    /// a cluster is configured, and the table is past the policy's threshold.
+    fn ray_for(&self, task: Task, a: &Assessment, policy: &Policy) -> Option<Arc<crate::ray::Ray>> {
+        let ray = self.settings.ray.as_ref()?;
+        (task == Task::Compaction && a.rows >= policy.ray.min_rows).then(|| ray.clone())
     }
 
     /// The latest version of the table, measured under `policy`; `None` when it holds no
@@ -707,6 +725,7 @@ impl Maintainer {
         task: Task,
         indices: &[String],
         keeper: Arc<UpkeepKeeper>,
+        ray: Option<Arc<crate::ray::Ray>>,
     ) -> TaskRun {
         let started = Instant::now();
         let (datasets, location, policy) = (
@@ -717,11 +736,16 @@ impl Maintainer {
         let (catalog, runtime) = (self.catalog.clone(), self.datasets.runtime().clone());
         let (record_for_work, indices_for_work) = (record.clone(), indices.to_vec());
         let keeper_for_work = keeper.clone();
+        let mut before = Figures::new();
+        if ray.is_some() {
+            // The record says where the work runs; the job is `ray::job_id` of its id.
+            before.insert("executor".into(), "ray".into());
+        }
         let spec = Spec {
             op: task.operation(),
             table: &record.id,
             target: if task == Task::Index { "" } else { task.name() },
-            before: Figures::new(),
+            before,
         };
         let started_job = jobs::start(
             &self.catalog,
@@ -737,26 +761,36 @@ impl Maintainer {
                     match task {
                         Task::Compaction => {
                             figures.insert("fragments_before".into(), before.fragments.to_string());
-                            let done = work::compact(&mut dataset, &policy, &id, || async {
-                                pause_before_commit().await;
-                                // The lease must still be ours when the rewrite commits.
-                                match keeper_for_work.keep().await {
-                                    Ok(true) => Ok(()),
-                                    Ok(false) => Err(Error::conflict(
-                                        "lost the table's maintenance lease before committing",
-                                    )),
-                                    Err(e) => Err(e),
+                            if let Some(ray) = &ray {
+                                // The lease names the job's transaction before the job
+                                // exists: a holder after this one adopts it.
+                                keeper_for_work.note_on_ray(Some(&id)).await?;
+                                let done = on_ray(ray, &record_for_work.id, &policy, &id).await?;
+                                figures.extend(done);
+                            } else {
+                                let done = work::compact(&mut dataset, &policy, &id, || async {
+                                    pause_before_commit().await;
+                                    // The lease must still be ours when the rewrite commits.
+                                    match keeper_for_work.keep().await {
+                                        Ok(true) => Ok(()),
+                                        Ok(false) => Err(Error::conflict(
+                                            "lost the table's maintenance lease before committing",
+                                        )),
+                                        Err(e) => Err(e),
+                                    }
+                                })
+                                .await?;
+                                figures.insert(
+                                    "fragments_removed".into(),
+                                    done.fragments_removed.to_string(),
+                                );
+                                figures.insert(
+                                    "fragments_added".into(),
+                                    done.fragments_added.to_string(),
+                                );
+                                for v in &done.versions {
+                                    catalog.note_own_commit(&record_for_work, None, *v);
                                 }
-                            })
-                            .await?;
-                            figures.insert(
-                                "fragments_removed".into(),
-                                done.fragments_removed.to_string(),
-                            );
-                            figures
-                                .insert("fragments_added".into(), done.fragments_added.to_string());
-                            for v in &done.versions {
-                                catalog.note_own_commit(&record_for_work, None, *v);
                             }
                         }
                         Task::Index => {
@@ -811,6 +845,68 @@ impl Maintainer {
             }
             Err(e) => (None, Err(e)),
         };
+        self.record_run(record, task, transaction_id, outcome, started, &keeper)
+            .await
+    }
+
+    /// A compaction left running on the Ray cluster by a lease holder that stopped (the
+    /// lease names its transaction): adopted, followed to its end and recorded as a run.
+    /// `None` when there is none, or it has ended (its record says how), or this gateway
+    /// has no Ray cluster to follow it on.
+    async fn adopt(&self, record: &TableRecord, keeper: &Arc<UpkeepKeeper>) -> Option<TaskRun> {
+        let transaction = keeper.lease.lock().await.record.state.on_ray.clone()?;
+        let ray = self.settings.ray.clone()?;
+        let started = Instant::now();
+        let adopted = self.catalog.adopt_transaction(&transaction).await;
+        let outcome = match adopted {
+            Ok(Some(tx)) => {
+                tracing::info!(table = ?record.id, transaction = %transaction, "adopting a compaction running on Ray");
+                let job = crate::ray::job_id(&transaction);
+                let work = self.datasets.runtime().start(async move {
+                    let result = ray.follow(&job).await?;
+                    Ok(ray_figures(&job, &result))
+                });
+                jobs::follow(
+                    &self.catalog,
+                    tx,
+                    Some(keeper.clone() as Arc<dyn Keeper>),
+                    work,
+                )
+                .wait()
+                .await
+            }
+            Ok(None) => {
+                // Ended (or settled): nothing to follow, and the lease forgets it.
+                if let Err(e) = keeper.note_on_ray(None).await {
+                    tracing::warn!(table = ?record.id, error = %e, "could not update a maintenance lease");
+                }
+                return None;
+            }
+            Err(e) => Err(e),
+        };
+        Some(
+            self.record_run(
+                record,
+                Task::Compaction,
+                Some(transaction),
+                outcome,
+                started,
+                keeper,
+            )
+            .await,
+        )
+    }
+
+    /// Records a task's run: metrics, an audit line, and its last run in the lease.
+    async fn record_run(
+        &self,
+        record: &TableRecord,
+        task: Task,
+        transaction_id: Option<String>,
+        outcome: Result<Figures>,
+        started: Instant,
+        keeper: &Arc<UpkeepKeeper>,
+    ) -> TaskRun {
         let seconds = started.elapsed().as_secs_f64();
         let run = match outcome {
             Ok(figures) => TaskRun {
@@ -860,6 +956,7 @@ impl Maintainer {
         let mut state = lease.record.state.clone();
         state.table = record.id.clone();
         state.last.insert(task.name().to_string(), last);
+        state.on_ray = None;
         match self.catalog.save_lease(&mut lease, state).await {
             Ok(true) => {}
             Ok(false) => {
@@ -962,6 +1059,22 @@ struct UpkeepKeeper {
     lease: tokio::sync::Mutex<Lease<Upkeep>>,
 }
 
+impl UpkeepKeeper {
+    /// Writes into the lease the transaction of a compaction running on Ray (or that none
+    /// is): an error when the lease was lost.
+    async fn note_on_ray(&self, transaction: Option<&str>) -> Result<()> {
+        let mut lease = self.lease.lock().await;
+        let mut state = lease.record.state.clone();
+        state.on_ray = transaction.map(str::to_string);
+        match self.catalog.save_lease(&mut lease, state).await? {
+            true => Ok(()),
+            false => Err(Error::conflict(
+                "lost the table's maintenance lease before starting its Ray job",
+            )),
+        }
+    }
+}
+
 #[async_trait]
 impl Keeper for UpkeepKeeper {
     async fn keep(&self) -> Result<bool> {
@@ -1017,6 +1130,46 @@ fn limit_to(mut policy: Policy, tasks: &[Task]) -> Policy {
         policy.cleanup.enabled &= tasks.contains(&Task::Cleanup);
     }
     policy
+}
+
+/// Compacts table `id` on Ray under `policy`, in the job of transaction `transaction`:
+/// the figures the job reports.
+async fn on_ray(
+    ray: &Arc<crate::ray::Ray>,
+    id: &[String],
+    policy: &Policy,
+    transaction: &str,
+) -> Result<Figures> {
+    let c = &policy.compaction;
+    let result = ray
+        .run(crate::ray::JobSpec {
+            task: "compact",
+            table: id,
+            transaction,
+            options: serde_json::json!({
+                "target_rows_per_fragment": c.target_rows_per_fragment,
+                "materialize_deletions_threshold": c.deleted_share,
+            }),
+        })
+        .await?;
+    Ok(ray_figures(&crate::ray::job_id(transaction), &result))
+}
+
+/// The figures of a Ray job `job` that answered `result`.
+fn ray_figures(job: &str, result: &serde_json::Map<String, serde_json::Value>) -> Figures {
+    let mut figures = Figures::new();
+    figures.insert("executor".into(), "ray".into());
+    figures.insert("ray_job".into(), job.to_string());
+    for (name, key) in [
+        ("fragments_removed", "fragments_removed"),
+        ("fragments_added", "fragments_added"),
+        ("ray_tasks", "tasks"),
+    ] {
+        if let Some(v) = result.get(key) {
+            figures.insert(name.into(), v.to_string());
+        }
+    }
+    figures
 }
 
 /// The tasks due, in the order they run (compaction first: index upkeep then indexes
@@ -1097,8 +1250,19 @@ async fn pause_before_commit() {
 pub async fn committed(
     catalog: &Catalog,
     datasets: &Arc<LanceDatasets>,
+    ray: Option<&Arc<crate::ray::Ray>>,
     tx: TransactionRecord,
 ) -> Result<bool> {
+    if tx.results.get("executor").map(String::as_str) == Some("ray") {
+        // pylance cannot tag a compaction's commit: Ray's record of the job says.
+        return match ray {
+            Some(ray) => ray.settle(&crate::ray::job_id(&tx.id)).await,
+            None => Err(Error::unavailable(format!(
+                "transaction {} ran on a Ray cluster and this gateway has none configured (--ray-address) to ask whether it committed",
+                tx.id
+            ))),
+        };
+    }
     let record = match catalog.describe_table(&Ctx::internal(), &tx.table).await {
         Ok(record) => record,
         Err(e) if e.code == Code::TableNotFound || e.code == Code::NamespaceNotFound => {

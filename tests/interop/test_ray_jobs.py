@@ -1,0 +1,247 @@
+"""Heavy maintenance on Ray (`--ray-address`): a gateway pointed at a Ray cluster (a head and
+one worker started here as separate processes, `raycluster.py`) compacts tables past the
+policy's `maintenance.ray.min_rows` as Ray jobs and smaller ones itself. The gateway decides
+and holds the lease; the job (the package in jobs/lance_gateway_ray, uploaded by the gateway)
+plans, rewrites each task on a Ray worker and commits once through the gateway: under
+managed versioning with CreateTableVersion, as any writer. On the local warehouse and on
+SeaweedFS in endpoint mode (the job reaches the store with what the gateway vends).
+
+What a user sees is checked: the rows (every value, by id), the fragment count the policy
+asks for, the job's transaction (DescribeTransaction names the executor and the Ray job,
+whose status Ray's own API gives), and AlterTransaction to Canceled stopping the job before
+it commits."""
+
+import os
+import signal
+import tempfile
+import time
+import urllib.parse
+import uuid
+
+import lance
+import lance_namespace as ln
+import pyarrow as pa
+import pytest
+
+from conftest import free_port, s3_gateway_setup, start_gateway
+from engines.harness import commits_through_gateway, moved, scrape
+from faultproxy import FaultProxy
+from raycluster import RayCluster
+from security import call, enc
+from test_maintenance import last_run, transaction, wait_for
+
+UNMANAGED_COMMITS = "lance_gateway_unmanaged_commits_total"
+# Looked at soon after a commit, every table swept every two seconds, a heartbeat a second.
+QUICK = ["--maintenance-delay-secs", "1", "--maintenance-sweep-secs", "2", "--recovery-grace-secs", "4"]
+ROWS = 1_000_000
+FRAGMENTS = 300
+TARGET = 250_000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = RayCluster().start()
+    yield c
+    c.stop()
+
+
+class Served:
+    def __init__(self, gw, base, metrics_port):
+        self.gw, self.base, self.metrics_port = gw, base, metrics_port
+
+
+def serve(request, kind: str, cluster: RayCluster, managed: bool, *extra: str, env: dict | None = None,
+          warehouse: str | None = None) -> Served:
+    metrics_port = free_port()
+    args = [*QUICK, "--metrics-listen", f"127.0.0.1:{metrics_port}",
+            "--managed-versioning", "true" if managed else "false",
+            *cluster.gateway_args(),
+            "--maintenance-policy",
+            f"compaction.target_rows_per_fragment={TARGET},compaction.min_fragments=16,ray.min_rows=100000",
+            *extra]
+    if kind == "local":
+        gw = start_gateway(["--warehouse", warehouse or tempfile.mkdtemp(prefix="lg-rayjobs-"), *args], env)
+        base = []
+    else:
+        sw_args, sw_env = s3_gateway_setup(request.getfixturevalue("seaweed"), "s3://")
+        gw = start_gateway([*sw_args, *args], {**sw_env, **(env or {})})
+        base = [f"lg-ray-{uuid.uuid4().hex[:10]}"]
+        ln.connect("rest", {"uri": gw.uri}).create_namespace(ln.CreateNamespaceRequest(id=base))
+    request.addfinalizer(gw.stop)
+    return Served(gw, base, metrics_port)
+
+
+def namespace(s: Served):
+    return ln.connect("rest", {"uri": s.gw.uri})
+
+
+def table_of(n: int, start: int = 0) -> pa.Table:
+    ids = range(start, start + n)
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "name": pa.array([f"row-{i}" for i in ids]),
+        "score": pa.array([i * 0.25 for i in ids], pa.float64()),
+    })
+
+
+def create(s: Served, name: str, data: pa.Table, fragments: int) -> list[str]:
+    table_id = [*s.base, f"{name}_{uuid.uuid4().hex[:8]}"]
+    per = -(-data.num_rows // fragments)
+    lance.write_dataset(data, namespace_client=namespace(s), table_id=table_id, mode="create",
+                        max_rows_per_file=per, max_rows_per_group=min(per, 1024))
+    ds = open_table(s, table_id)
+    assert len(ds.get_fragments()) == fragments
+    return table_id
+
+
+def open_table(s: Served, table_id, **kw) -> lance.LanceDataset:
+    return lance.dataset(namespace_client=namespace(s), table_id=table_id, **kw)
+
+
+def rewrites(ds: lance.LanceDataset) -> int:
+    return sum(1 for t in ds.get_transactions(len(ds.versions()))
+               if t is not None and type(t.operation).__name__ == "Rewrite")
+
+
+@pytest.fixture(scope="module")
+def lance_compacts_to():
+    """The rows of each fragment Lance's own compaction (pylance, in this process) makes of
+    the same table under the same policy: what the job on Ray must make too."""
+    path = os.path.join(tempfile.mkdtemp(prefix="lg-rayjobs-ref-"), "t.lance")
+    per = -(-ROWS // FRAGMENTS)
+    lance.write_dataset(table_of(ROWS), path, max_rows_per_file=per, max_rows_per_group=min(per, 1024))
+    ds = lance.dataset(path)
+    ds.optimize.compact_files(target_rows_per_fragment=TARGET, materialize_deletions_threshold=0.1)
+    return sorted(f.count_rows() for f in lance.dataset(path).get_fragments())
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["unmanaged", "managed"])
+@pytest.mark.parametrize("kind", ["local", "seaweedfs"])
+def test_a_million_rows_in_300_fragments_compact_on_ray_and_a_small_table_in_the_gateway(
+        request, cluster, lance_compacts_to, kind, managed):
+    s = serve(request, kind, cluster, managed)
+    before = scrape(s.metrics_port)
+    data = table_of(ROWS)
+    big = create(s, "big", data, FRAGMENTS)
+    small = create(s, "small", table_of(3_000), FRAGMENTS)
+
+    runs = {}
+    for name, t in (("big", big), ("small", small)):
+        runs[name] = wait_for(f"the {name} table's compaction", lambda t=t: last_run(s.gw, t, "compaction"), timeout=300)
+        assert runs[name]["outcome"] == "succeeded", runs[name]
+
+    # The big table went to Ray: its transaction names the executor and the job, and Ray
+    # ran that job to success.
+    tx = transaction(s.gw, runs["big"]["transaction_id"])
+    props = tx["properties"]
+    assert tx["status"] == "Succeeded", tx
+    assert props["lance_gateway.executor"] == "ray", props
+    job_id = props["lance_gateway.ray_job"]
+    assert job_id == f"lance-gateway-{runs['big']['transaction_id']}"
+    job = cluster.job(job_id)
+    assert job is not None and job["status"] == "SUCCEEDED", job
+    assert int(props["lance_gateway.fragments_removed"]) == FRAGMENTS
+    assert int(props["lance_gateway.ray_tasks"]) >= 2  # spread over the cluster's workers
+
+    # Bit-equal rows, in the fragments the policy asks for (as Lance compacts them itself).
+    ds = open_table(s, big)
+    assert sorted(f.count_rows() for f in ds.get_fragments()) == lance_compacts_to
+    assert ds.to_table().sort_by("id").equals(data)
+    assert rewrites(ds) == 1
+
+    # The small table stayed in the gateway (no executor named), and compacted as well.
+    small_props = transaction(s.gw, runs["small"]["transaction_id"])["properties"]
+    assert "lance_gateway.executor" not in small_props, small_props
+    assert len(open_table(s, small).get_fragments()) == 1
+    assert open_table(s, small).to_table().sort_by("id").equals(table_of(3_000))
+
+    after = scrape(s.metrics_port)
+    if managed:
+        # Every version was made through the gateway, the job's included: none behind its back.
+        assert moved(before, after, UNMANAGED_COMMITS) == 0
+        assert commits_through_gateway(before, after) >= 4  # two creates, two compactions
+
+
+def test_canceled_stops_the_ray_job_before_it_commits(request, cluster):
+    # The job pauses before it commits (the gateway's fault injection, passed on to it).
+    s = serve(request, "local", cluster, True, env={"LANCE_GATEWAY_FAULT_PAUSE_BEFORE_COMMIT_MS": "20000"})
+    data = table_of(200_000)
+    table_id = create(s, "cancel", data, 40)
+    version = open_table(s, table_id).version
+
+    def running():
+        status, body, _ = call(s.gw.uri, "GET", f"/v1/table/{enc(table_id)}/transaction/list", None)
+        assert status == 200, body
+        return next((t for t in body.get("transactions", []) if t.get("status") == "Running"), None)
+
+    tx = wait_for("the compaction job to start", running, timeout=120)
+    tx_id = tx["id"]
+    job_id = f"lance-gateway-{tx_id}"
+    wait_for("Ray to run the job", lambda: (cluster.job(job_id) or {}).get("status") == "RUNNING", timeout=120)
+    status, body, _ = call(s.gw.uri, "POST", f"/v1/transaction/{urllib.parse.quote(tx_id, safe='')}/alter",
+                           {"actions": [{"setStatusAction": {"status": "Canceled"}}]})
+    assert status == 200, body
+
+    # Ray stops the job, the transaction stays Canceled, and nothing was committed.
+    job = wait_for("Ray to stop the job",
+                   lambda: (j := cluster.job(job_id)) and j["status"] in ("STOPPED", "FAILED", "SUCCEEDED") and j,
+                   timeout=60)
+    assert job["status"] in ("STOPPED", "FAILED"), job
+    assert transaction(s.gw, tx_id)["status"] == "Canceled"
+    time.sleep(2)
+    ds = open_table(s, table_id)
+    assert rewrites(ds) == 0
+    assert ds.version == version
+    assert len(ds.get_fragments()) == 40
+    assert ds.to_table().sort_by("id").equals(data)
+
+
+def test_a_gateway_killed_mid_job_leaves_it_to_the_next_which_adopts_it_and_it_commits_once(request, cluster):
+    # Both gateways give Ray jobs one address, a proxy in front of whichever is alive (as a
+    # service address in front of replicas would be); the job pauses before it commits.
+    warehouse = tempfile.mkdtemp(prefix="lg-rayjobs-adopt-")
+    port_a, port_b = free_port(), free_port()
+    proxy = FaultProxy("127.0.0.1", port_a, seed=7)
+    request.addfinalizer(proxy.stop)
+    env = {"LANCE_GATEWAY_FAULT_PAUSE_BEFORE_COMMIT_MS": "20000"}
+    common = ["--warehouse", warehouse, *QUICK, "--managed-versioning", "false", *cluster.gateway_args(),
+              "--ray-gateway-uri", proxy.endpoint, "--maintenance-policy",
+              f"compaction.target_rows_per_fragment={TARGET},compaction.min_fragments=16,ray.min_rows=100000"]
+    a = start_gateway([*common, "--node-id", "gw-a"], env, port=port_a)
+    request.addfinalizer(lambda: a.proc.poll() is None and a.proc.kill())
+    s_a = Served(a, [], None)
+    data = table_of(200_000)
+    table_id = create(s_a, "adopt", data, 40)
+
+    def running():
+        status, body, _ = call(a.uri, "GET", f"/v1/table/{enc(table_id)}/transaction/list", None)
+        assert status == 200, body
+        return next((t for t in body.get("transactions", []) if t.get("status") == "Running"), None)
+
+    tx_id = wait_for("the compaction job to start", running, timeout=120)["id"]
+    job_id = f"lance-gateway-{tx_id}"
+    wait_for("Ray to run the job", lambda: (cluster.job(job_id) or {}).get("status") == "RUNNING", timeout=120)
+
+    # Gateway A dies while the job runs; B starts on the same warehouse and the proxy now
+    # leads to it. B takes the lapsed lease and adopts the job instead of starting another.
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    b = start_gateway([*common, "--node-id", "gw-b"], env, port=port_b)
+    request.addfinalizer(b.stop)
+    proxy.upstream = ("127.0.0.1", port_b)
+    s_b = Served(b, [], None)
+
+    run = wait_for("B to record the adopted run", lambda: (r := last_run(b, table_id, "compaction")) and r.get("transaction_id") == tx_id and r,
+                   timeout=180)
+    assert run["outcome"] == "succeeded", run
+    tx = transaction(b, tx_id)
+    assert tx["status"] == "Succeeded", tx
+    assert tx["properties"]["lance_gateway.ray_job"] == job_id
+    assert cluster.job(job_id)["status"] == "SUCCEEDED"
+    # One job for the table, one compaction in its history, and every row.
+    ours = [j for j in cluster.jobs() if (j.get("metadata") or {}).get("lance_gateway.table") == "$".join(table_id)]
+    assert [j["submission_id"] for j in ours] == [job_id], ours
+    ds = open_table(s_b, table_id)
+    assert rewrites(ds) == 1
+    assert len(ds.get_fragments()) == 1
+    assert ds.to_table().sort_by("id").equals(data)
