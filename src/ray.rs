@@ -223,13 +223,12 @@ impl Ray {
             "LANCE_GATEWAY_OPTIONS".into(),
             spec.options.to_string().into(),
         );
-        // The gateway's fault injection for tests (a pause before a maintenance commit)
-        // applies to the job's commit too.
-        if let Ok(pause) = std::env::var("LANCE_GATEWAY_FAULT_PAUSE_BEFORE_COMMIT_MS") {
-            env.insert(
-                "LANCE_GATEWAY_FAULT_PAUSE_BEFORE_COMMIT_MS".into(),
-                pause.into(),
-            );
+        // The gateway's fault injection for tests (a pause before a maintenance commit, a
+        // pause in each rewrite) applies to the job too.
+        for (name, value) in std::env::vars() {
+            if name.starts_with("LANCE_GATEWAY_FAULT_") {
+                env.insert(name, value.into());
+            }
         }
         if let Some(key) = &self.settings.api_key {
             env.insert("LANCE_GATEWAY_API_KEY".into(), key.expose().into());

@@ -67,6 +67,28 @@ class RayCluster:
             raise
         return self
 
+    def add_worker(self):
+        """Starts one more worker node and waits for it."""
+        alive = self.alive_nodes()
+        self._node(f"worker{len(self.nodes)}", f"--address=127.0.0.1:{self.port}")
+        self.wait_for_nodes(alive + 1)
+
+    def kill_worker(self):
+        """Kills the newest worker node and its processes at once (SIGKILL), as a machine
+        that goes away would; waits until the head sees it gone."""
+        alive = self.alive_nodes()
+        proc = self.nodes[-1]
+        assert proc is not self.nodes[0], "only the head is left"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        self.nodes.pop()
+        self.logs.pop()
+        deadline = time.time() + 120
+        while self.alive_nodes() >= alive:
+            if time.time() > deadline:
+                raise RuntimeError("the head still counts the killed worker alive")
+            time.sleep(0.5)
+
     def get(self, path: str):
         request = urllib.request.Request(self.jobs_url + path, headers={"authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(request, timeout=10) as answer:
@@ -103,6 +125,12 @@ class RayCluster:
             if e.code == 404:
                 return None
             raise
+
+    def tasks(self, job_id: str) -> list[dict]:
+        """Ray's records of the tasks of job `job_id` (Ray's own id, not the submission id),
+        one per attempt."""
+        answer = self.get(f"/api/v0/tasks?limit=10000&filter_keys=job_id&filter_predicates=%3D&filter_values={job_id}")
+        return answer.get("data", {}).get("result", {}).get("result", [])
 
     def jobs(self) -> list[dict]:
         return [j for j in self.get("/api/jobs/") if j.get("submission_id")]

@@ -14,6 +14,7 @@ it commits."""
 import os
 import signal
 import tempfile
+import threading
 import time
 import urllib.parse
 import uuid
@@ -244,4 +245,85 @@ def test_a_gateway_killed_mid_job_leaves_it_to_the_next_which_adopts_it_and_it_c
     ds = open_table(s_b, table_id)
     assert rewrites(ds) == 1
     assert len(ds.get_fragments()) == 1
+    assert ds.to_table().sort_by("id").equals(data)
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["unmanaged", "managed"])
+def test_a_client_appending_throughout_a_ray_compaction_loses_nothing(request, cluster, managed):
+    # The job pauses before it commits, so appends land between its plan and its commit.
+    s = serve(request, "local", cluster, managed, env={"LANCE_GATEWAY_FAULT_PAUSE_BEFORE_COMMIT_MS": "4000"})
+    data = table_of(200_000)
+    table_id = create(s, "appended", data, 40)
+    appended, errors, stop = [], [], threading.Event()
+
+    def appender():
+        i = 0
+        while not stop.is_set() and i < 200:
+            batch = table_of(100, start=1_000_000 + i * 100)
+            try:
+                lance.write_dataset(batch, namespace_client=namespace(s), table_id=table_id, mode="append")
+                appended.append(batch)
+            except Exception as e:  # noqa: BLE001 (every failure is reported below)
+                errors.append(repr(e))
+            i += 1
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=appender)
+    writer.start()
+    try:
+        run = wait_for("the compaction", lambda: last_run(s.gw, table_id, "compaction"), timeout=300)
+        time.sleep(1)  # a few appends after the commit too
+    finally:
+        stop.set()
+        writer.join()
+    assert run["outcome"] == "succeeded", run
+    assert transaction(s.gw, run["transaction_id"])["properties"]["lance_gateway.executor"] == "ray"
+    assert not errors, errors[:3]
+    ds = open_table(s, table_id)
+    # Appends committed while the job ran: between the version its plan read and its commit.
+    newest_first = sorted((v["version"] for v in ds.versions()), reverse=True)
+    history = list(zip(newest_first, ds.get_transactions(len(newest_first))))
+    rewrite_at, rewrite = next((v, t) for v, t in reversed(history)
+                               if t is not None and type(t.operation).__name__ == "Rewrite")
+    during = [type(t.operation).__name__ for v, t in history
+              if t is not None and rewrite.read_version < v < rewrite_at]
+    assert "Append" in during, (rewrite.read_version, rewrite_at, during)
+    # Every appended row is there once, with the compacted ones.
+    want = pa.concat_tables([data, *appended]).sort_by("id")
+    assert len(appended) >= 10
+    assert ds.to_table().sort_by("id").equals(want)
+
+
+def test_a_worker_lost_mid_job_leaves_its_tasks_to_the_nodes_left_and_the_table_compacts_once(
+        request, cluster, lance_compacts_to):
+    # Each rewrite task waits 8 s before it works, so the worker dies with a task on it
+    # (three tasks, one CPU a node: one of the first two runs on the worker).
+    s = serve(request, "local", cluster, False, env={"LANCE_GATEWAY_FAULT_PAUSE_IN_REWRITE_MS": "8000"})
+    request.addfinalizer(cluster.add_worker)
+    data = table_of(ROWS)
+    table_id = create(s, "lost", data, FRAGMENTS)
+
+    def running():
+        status, body, _ = call(s.gw.uri, "GET", f"/v1/table/{enc(table_id)}/transaction/list", None)
+        assert status == 200, body
+        return next((t for t in body.get("transactions", []) if t.get("status") == "Running"), None)
+
+    tx_id = wait_for("the compaction job to start", running, timeout=120)["id"]
+    job_id = f"lance-gateway-{tx_id}"
+    wait_for("Ray to run the job", lambda: (cluster.job(job_id) or {}).get("status") == "RUNNING", timeout=120)
+    time.sleep(3)
+    cluster.kill_worker()
+
+    # Ray runs the lost task again on the head; the job commits once and succeeds.
+    run = wait_for("the compaction", lambda: last_run(s.gw, table_id, "compaction"), timeout=300)
+    assert run["outcome"] == "succeeded", run
+    assert run["transaction_id"] == tx_id
+    assert cluster.job(job_id)["status"] == "SUCCEEDED"
+    # Ray's own record: a rewrite task was run again after the worker went.
+    attempts = [t.get("attempt_number", 0) for t in cluster.tasks(cluster.job(job_id)["job_id"])
+                if t.get("name", "").endswith("rewrite")]
+    assert max(attempts) >= 1, attempts
+    ds = open_table(s, table_id)
+    assert rewrites(ds) == 1
+    assert sorted(f.count_rows() for f in ds.get_fragments()) == lance_compacts_to
     assert ds.to_table().sort_by("id").equals(data)
