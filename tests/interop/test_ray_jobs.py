@@ -99,6 +99,21 @@ def open_table(s: Served, table_id, **kw) -> lance.LanceDataset:
     return lance.dataset(namespace_client=namespace(s), table_id=table_id, **kw)
 
 
+def job_running(gw, table_id, cluster: RayCluster) -> tuple[str, str]:
+    """Waits for the table's compaction to run on Ray: (its transaction id, Ray's submission
+    id). The transaction is found in the table's list, which reads records as they are and
+    settles none."""
+    def running():
+        status, body, _ = call(gw.uri, "GET", f"/v1/table/{enc(table_id)}/transaction/list", None)
+        assert status == 200, body
+        return next((t for t in body.get("transactions", []) if t.get("status") == "Running"), None)
+
+    tx_id = wait_for("the compaction job to start", running, timeout=120)["id"]
+    job_id = f"lance-gateway-{tx_id}"
+    wait_for("Ray to run the job", lambda: (cluster.job(job_id) or {}).get("status") == "RUNNING", timeout=120)
+    return tx_id, job_id
+
+
 def rewrites(ds: lance.LanceDataset) -> int:
     return sum(1 for t in ds.get_transactions(len(ds.versions()))
                if t is not None and type(t.operation).__name__ == "Rewrite")
@@ -170,15 +185,7 @@ def test_canceled_stops_the_ray_job_before_it_commits(request, cluster):
     table_id = create(s, "cancel", data, 40)
     version = open_table(s, table_id).version
 
-    def running():
-        status, body, _ = call(s.gw.uri, "GET", f"/v1/table/{enc(table_id)}/transaction/list", None)
-        assert status == 200, body
-        return next((t for t in body.get("transactions", []) if t.get("status") == "Running"), None)
-
-    tx = wait_for("the compaction job to start", running, timeout=120)
-    tx_id = tx["id"]
-    job_id = f"lance-gateway-{tx_id}"
-    wait_for("Ray to run the job", lambda: (cluster.job(job_id) or {}).get("status") == "RUNNING", timeout=120)
+    tx_id, job_id = job_running(s.gw, table_id, cluster)
     status, body, _ = call(s.gw.uri, "POST", f"/v1/transaction/{urllib.parse.quote(tx_id, safe='')}/alter",
                            {"actions": [{"setStatusAction": {"status": "Canceled"}}]})
     assert status == 200, body
@@ -214,14 +221,7 @@ def test_a_gateway_killed_mid_job_leaves_it_to_the_next_which_adopts_it_and_it_c
     data = table_of(200_000)
     table_id = create(s_a, "adopt", data, 40)
 
-    def running():
-        status, body, _ = call(a.uri, "GET", f"/v1/table/{enc(table_id)}/transaction/list", None)
-        assert status == 200, body
-        return next((t for t in body.get("transactions", []) if t.get("status") == "Running"), None)
-
-    tx_id = wait_for("the compaction job to start", running, timeout=120)["id"]
-    job_id = f"lance-gateway-{tx_id}"
-    wait_for("Ray to run the job", lambda: (cluster.job(job_id) or {}).get("status") == "RUNNING", timeout=120)
+    tx_id, job_id = job_running(a, table_id, cluster)
 
     # Gateway A dies while the job runs; B starts on the same warehouse and the proxy now
     # leads to it. B takes the lapsed lease and adopts the job instead of starting another.
@@ -303,14 +303,7 @@ def test_a_worker_lost_mid_job_leaves_its_tasks_to_the_nodes_left_and_the_table_
     data = table_of(ROWS)
     table_id = create(s, "lost", data, FRAGMENTS)
 
-    def running():
-        status, body, _ = call(s.gw.uri, "GET", f"/v1/table/{enc(table_id)}/transaction/list", None)
-        assert status == 200, body
-        return next((t for t in body.get("transactions", []) if t.get("status") == "Running"), None)
-
-    tx_id = wait_for("the compaction job to start", running, timeout=120)["id"]
-    job_id = f"lance-gateway-{tx_id}"
-    wait_for("Ray to run the job", lambda: (cluster.job(job_id) or {}).get("status") == "RUNNING", timeout=120)
+    tx_id, job_id = job_running(s.gw, table_id, cluster)
     time.sleep(3)
     cluster.kill_worker()
 
