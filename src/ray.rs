@@ -432,26 +432,39 @@ mod tests {
             name.starts_with("_ray_pkg_") && name.ends_with(".zip"),
             "{name}"
         );
-        let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes.clone())).unwrap();
-        let names: Vec<String> = (0..zip.len())
-            .map(|i| zip.by_index(i).unwrap().name().to_string())
-            .collect();
+        let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes.clone()))
+            .expect("the package reads back as a zip file");
+        let names: Vec<String> = zip.file_names().map(str::to_string).collect();
         let want: Vec<&str> = PACKAGE.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, want);
-        let mut main = String::new();
-        std::io::Read::read_to_string(
-            &mut zip.by_name("lance_gateway_ray/__main__.py").unwrap(),
-            &mut main,
-        )
-        .unwrap();
-        assert_eq!(main, PACKAGE[1].1);
+        // Every file as the binary carries it, byte for byte.
+        for (file, text) in PACKAGE {
+            let mut entry = zip
+                .by_name(file)
+                .unwrap_or_else(|e| panic!("{file} is in the package: {e}"));
+            let mut read = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut read)
+                .unwrap_or_else(|e| panic!("{file} reads back from the package: {e}"));
+            assert_eq!(read, *text, "{file}");
+        }
+        // The same files make the same package: one copy per build on a cluster.
+        assert_eq!(package().1, *bytes);
     }
 
     #[test]
     fn the_result_is_the_last_result_line() {
         let logs = "starting\nLANCE_GATEWAY_RESULT {\"a\": 1}\nnoise\nLANCE_GATEWAY_RESULT {\"fragments_removed\": 300}\n(raylet) bye\n";
-        let r = result_of(logs).unwrap();
-        assert_eq!(r["fragments_removed"], 300);
+        let result = result_of(logs).expect("a log with result lines has a result");
+        assert_eq!(result["fragments_removed"], 300);
+        assert!(
+            !result.contains_key("a"),
+            "an earlier result line is not the result"
+        );
         assert!(result_of("no result here\n").is_none());
+        // A last result line that is not JSON is no result (an earlier one is not taken
+        // instead: it may describe an attempt that did not end the job).
+        assert!(
+            result_of("LANCE_GATEWAY_RESULT {\"a\": 1}\nLANCE_GATEWAY_RESULT {cut\n").is_none()
+        );
     }
 }
