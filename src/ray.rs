@@ -44,6 +44,14 @@ const PACKAGE: &[(&str, &str)] = &[
         "lance_gateway_ray/compact.py",
         include_str!("../jobs/lance_gateway_ray/compact.py"),
     ),
+    (
+        "lance_gateway_ray/index.py",
+        include_str!("../jobs/lance_gateway_ray/index.py"),
+    ),
+    (
+        "lance_gateway_ray/cleanup.py",
+        include_str!("../jobs/lance_gateway_ray/cleanup.py"),
+    ),
 ];
 
 /// The line a job prints its result on.
@@ -126,6 +134,49 @@ fn segment(text: &str) -> String {
 /// The submission id of the job of transaction `transaction`.
 pub fn job_id(transaction: &str) -> String {
     format!("lance-gateway-{transaction}")
+}
+
+/// The figures a job's run reports (`jobs::Figures`), from what job `job` printed as its
+/// result: where it ran, and what it did under the names in-gateway runs use.
+pub fn figures(job: &str, result: &Map<String, Value>) -> crate::jobs::Figures {
+    let mut figures = crate::jobs::Figures::new();
+    figures.insert("executor".into(), "ray".into());
+    figures.insert("ray_job".into(), job.to_string());
+    for (name, key) in [
+        ("ray_tasks", "tasks"),
+        ("version_after", "version"),
+        ("fragments_removed", "fragments_removed"),
+        ("fragments_added", "fragments_added"),
+        ("segments", "segments"),
+        ("versions_removed", "versions_removed"),
+        ("bytes_reclaimed", "bytes_reclaimed"),
+        ("files_removed", "files_removed"),
+    ] {
+        match result.get(key) {
+            Some(Value::String(v)) => figures.insert(name.into(), v.clone()),
+            Some(v) => figures.insert(name.into(), v.to_string()),
+            None => None,
+        };
+    }
+    figures
+}
+
+/// Whether a job that ran on Ray and whose gateway stopped (transaction `tx`) committed,
+/// as Ray's record of it says (`Ray::settle`); `None` when it did not run on Ray.
+pub async fn settled(
+    ray: Option<&Arc<Ray>>,
+    tx: &crate::catalog::transactions::TransactionRecord,
+) -> Option<Result<bool>> {
+    if tx.results.get("executor").map(String::as_str) != Some("ray") {
+        return None;
+    }
+    Some(match ray {
+        Some(ray) => ray.settle(&job_id(&tx.id)).await,
+        None => Err(Error::unavailable(format!(
+            "transaction {} ran on a Ray cluster and this gateway has none configured (--ray-address) to ask whether it committed",
+            tx.id
+        ))),
+    })
 }
 
 /// How a job ended.
@@ -332,6 +383,12 @@ impl Ray {
         self.follow(&id).await
     }
 
+    /// Runs `spec`'s job to its end: the figures it reports (`figures`).
+    pub async fn work(self: &Arc<Self>, spec: JobSpec<'_>) -> Result<crate::jobs::Figures> {
+        let job = job_id(spec.transaction);
+        Ok(figures(&job, &self.run(spec).await?))
+    }
+
     /// Follows job `id` (submitted here, or by a gateway that stopped) to its end and
     /// answers its result; dropped before the end, stops it.
     pub async fn follow(self: &Arc<Self>, id: &str) -> Result<Map<String, Value>> {
@@ -437,6 +494,24 @@ mod tests {
         let names: Vec<String> = zip.file_names().map(str::to_string).collect();
         let want: Vec<&str> = PACKAGE.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, want);
+        // And the binary carries every module of the package's folder.
+        let folder =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs/lance_gateway_ray");
+        let mut modules: Vec<String> = std::fs::read_dir(&folder)
+            .unwrap_or_else(|e| panic!("{} lists: {e}", folder.display()))
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.ends_with(".py"))
+            .map(|name| format!("lance_gateway_ray/{name}"))
+            .collect();
+        modules.sort();
+        let mut carried: Vec<String> = want.iter().map(|n| n.to_string()).collect();
+        carried.sort();
+        assert_eq!(
+            carried,
+            modules,
+            "PACKAGE must list every module in {}",
+            folder.display()
+        );
         // Every file as the binary carries it, byte for byte.
         for (file, text) in PACKAGE {
             let mut entry = zip

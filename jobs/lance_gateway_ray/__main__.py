@@ -6,10 +6,15 @@ import sys
 
 import ray
 
-from . import compact
+from . import cleanup, compact, index
 from .gateway import Job, Stopped, report
 
-TASKS = {"compact": compact.run}
+TASKS = {
+    "compact": compact.run,
+    "index": index.build,
+    "index_upkeep": index.upkeep,
+    "cleanup": cleanup.run,
+}
 
 
 def main(argv: list[str]) -> int:

@@ -28,12 +28,13 @@ fields!(DescribeTransactionRequest, "DescribeTransaction", served: []);
 fields!(AlterTransactionRequest, "AlterTransaction", served: ["actions"]);
 
 /// Runs `work` (which starts it on the data runtime) as a job (`jobs`) doing `op` on
-/// `table`, making `target`; answers its transaction id once it succeeded or once the
+/// `table`, making `target`, its record starting with the figures `before`; answers its transaction id once it succeeded or once the
 /// request has waited `build_wait`, and its error if it failed within that time.
 pub(crate) async fn supervised<W>(
     state: &AppState,
     table: &[String],
     (op, target): (&str, &str),
+    before: Figures,
     work: W,
 ) -> Result<String>
 where
@@ -43,7 +44,7 @@ where
         op,
         table,
         target,
-        before: Figures::new(),
+        before,
     };
     let running = jobs::start(&state.catalog, spec, None, work).await?;
     let id = running.id.clone();

@@ -69,7 +69,9 @@ pub struct Policy {
 /// a cluster configured every job runs in the gateway whatever this says.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RayPolicy {
-    /// A table with at least this many rows (deleted ones included) is compacted on Ray.
+    /// A table with at least this many rows (deleted ones included) is compacted, has its
+    /// indices kept up and its old versions removed, and has the indices clients ask for
+    /// built, on Ray.
     pub min_rows: u64,
 }
 
@@ -269,7 +271,7 @@ const PROPERTIES: &[Property] = &[
     },
     Property {
         name: "maintenance.ray.min_rows",
-        what: "rows from which a table's compaction runs on the Ray cluster (with --ray-address)",
+        what: "rows from which a table's maintenance and index builds run on the Ray cluster (with --ray-address)",
         apply: |p, v| {
             p.ray.min_rows = count(v)?;
             Ok(())

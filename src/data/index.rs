@@ -149,16 +149,23 @@ fn index_kind(name: &str) -> Option<&'static str> {
     )
 }
 
-/// Builds the index the request describes and answers the dataset version it made. An index
-/// of the same name is rebuilt with `replace`, refused (TableIndexAlreadyExists) without.
-/// `scalar_only` refuses vector index types (CreateTableScalarIndex).
-pub async fn create(
-    mut dataset: Dataset,
+/// What an index request builds, checked against the table: Lance's kind of index (as
+/// `index_kind` names it), its name and its column.
+pub struct Planned {
+    pub kind: &'static str,
+    pub name: String,
+    pub column: String,
+}
+
+/// Checks a request against `dataset` before anything is built: the column is there, the
+/// index type is known (and scalar, with `scalar_only`), its parameters are valid, and an
+/// index of the same name is there only with `replace`.
+pub async fn plan(
+    dataset: &Dataset,
     req: &CreateTableIndexRequest,
-    fts: Option<InvertedIndexParams>,
     scalar_only: bool,
     replace: bool,
-) -> Result<u64> {
+) -> Result<Planned> {
     let column = req.column.trim();
     if column.is_empty() {
         return Err(Error::invalid("create_index needs a column"));
@@ -180,17 +187,99 @@ pub async fn create(
             "create_scalar_index cannot build a {kind} index: use create_index"
         )));
     }
-    let name = req.name.clone().filter(|n| !n.trim().is_empty());
+    if kind.starts_with("IVF") {
+        distance(req)?;
+        ivf(req)?;
+        pq(req)?;
+        hnsw(req)?;
+    }
+    let name = req
+        .name
+        .clone()
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| format!("{column}_idx"));
     if !replace {
-        let taken = name.clone().unwrap_or_else(|| format!("{column}_idx"));
         let indices = dataset.load_indices().await.map_err(lance_error)?;
-        if indices.iter().any(|i| i.name == taken) {
+        if indices.iter().any(|i| i.name == name) {
             return Err(Error::new(
                 Code::TableIndexAlreadyExists,
-                format!("index '{taken}' already exists"),
+                format!("index '{name}' already exists"),
             ));
         }
     }
+    Ok(Planned {
+        kind,
+        name,
+        column: column.to_string(),
+    })
+}
+
+/// What a Ray job (`jobs/lance_gateway_ray/index.py`) is told to build for a request
+/// planned as `planned`: the column, the type as pylance names it, the name, and the
+/// parameters the request gave, under pylance's names.
+pub fn job_options(
+    req: &CreateTableIndexRequest,
+    planned: &Planned,
+    fts: Option<&InvertedIndexParams>,
+) -> Result<serde_json::Value> {
+    let mut params = serde_json::Map::new();
+    if planned.kind == "FTS" {
+        if let Some(fts) = fts {
+            let given = serde_json::to_value(fts)
+                .map_err(|e| Error::internal("could not write full-text parameters", e))?;
+            if let serde_json::Value::Object(given) = given {
+                params.extend(given.into_iter().filter(|(_, v)| !v.is_null()));
+            }
+        }
+    } else if planned.kind.starts_with("IVF") {
+        let metric = req
+            .distance_type
+            .as_deref()
+            .filter(|d| !d.is_empty())
+            .unwrap_or("l2")
+            .to_ascii_lowercase();
+        params.insert("metric".into(), metric.into());
+        for (name, value) in [
+            ("num_partitions", req.num_partitions),
+            ("target_partition_size", req.target_partition_size),
+            ("num_sub_vectors", req.num_sub_vectors),
+            ("num_bits", req.num_bits),
+            ("sample_rate", req.sample_rate),
+            ("max_iters", req.max_iterations),
+            ("m", req.m),
+            ("ef_construction", req.ef_construction),
+        ] {
+            if let Some(v) = value.filter(|v| *v > 0) {
+                params.insert(name.into(), v.into());
+            }
+        }
+    }
+    let index_type = if planned.kind == "FTS" {
+        "INVERTED"
+    } else {
+        planned.kind
+    };
+    Ok(serde_json::json!({
+        "column": planned.column,
+        "index_type": index_type,
+        "name": planned.name,
+        "params": params,
+    }))
+}
+
+/// Builds the index the request describes and answers the dataset version it made. An index
+/// of the same name is rebuilt with `replace`, refused (TableIndexAlreadyExists) without.
+/// `scalar_only` refuses vector index types (CreateTableScalarIndex).
+pub async fn create(
+    mut dataset: Dataset,
+    req: &CreateTableIndexRequest,
+    fts: Option<InvertedIndexParams>,
+    scalar_only: bool,
+    replace: bool,
+) -> Result<u64> {
+    let Planned { kind, name, column } = plan(&dataset, req, scalar_only, replace).await?;
+    let name = Some(name);
+    let column = column.as_str();
     let columns = [column];
     let metric = distance(req)?;
     let created = match kind {

@@ -633,7 +633,7 @@ impl Maintainer {
         report.due = due.iter().map(|(t, _)| t.name()).collect();
         report.figures = table_figures(&assessment);
         for (task, indices) in due {
-            let ray = self.ray_for(task, &assessment, policy);
+            let ray = self.ray_for(&assessment, policy);
             let run = self
                 .run_task(record, policy, task, &indices, keeper.clone(), ray)
                 .await;
@@ -648,11 +648,11 @@ impl Maintainer {
         Ok(())
     }
 
-    /// The Ray cluster `task` runs on for a table measured as `a`, if it leaves the gateway:
+    /// The Ray cluster a task runs on for a table measured as `a`, if it leaves the gateway:
     /// a cluster is configured, and the table is past the policy's threshold.
-    fn ray_for(&self, task: Task, a: &Assessment, policy: &Policy) -> Option<Arc<crate::ray::Ray>> {
+    fn ray_for(&self, a: &Assessment, policy: &Policy) -> Option<Arc<crate::ray::Ray>> {
         let ray = self.settings.ray.as_ref()?;
-        (task == Task::Compaction && a.rows >= policy.ray.min_rows).then(|| ray.clone())
+        (a.rows >= policy.ray.min_rows).then(|| ray.clone())
     }
 
     /// The latest version of the table, measured under `policy`; `None` when it holds no
@@ -765,8 +765,13 @@ impl Maintainer {
                                 // The lease names the job's transaction before the job
                                 // exists: a holder after this one adopts it.
                                 keeper_for_work.note_on_ray(Some(&id)).await?;
-                                let done = on_ray(ray, &record_for_work.id, &policy, &id).await?;
-                                figures.extend(done);
+                                let c = &policy.compaction;
+                                let options = serde_json::json!({
+                                    "target_rows_per_fragment": c.target_rows_per_fragment,
+                                    "materialize_deletions_threshold": c.deleted_share,
+                                });
+                                let job = job_on_ray(&record_for_work.id, &id, "compact", options);
+                                figures.extend(ray.work(job).await?);
                             } else {
                                 let done = work::compact(&mut dataset, &policy, &id, || async {
                                     pause_before_commit().await;
@@ -799,25 +804,48 @@ impl Maintainer {
                                 before.unindexed_rows().to_string(),
                             );
                             figures.insert("indices".into(), indices_for_work.join(","));
-                            pause_before_commit().await;
-                            let v =
-                                work::update_indices(&mut dataset, &indices_for_work, &id).await?;
-                            catalog.note_own_commit(&record_for_work, None, v);
+                            if let Some(ray) = &ray {
+                                keeper_for_work.note_on_ray(Some(&id)).await?;
+                                let options = serde_json::json!({"indices": indices_for_work});
+                                let job =
+                                    job_on_ray(&record_for_work.id, &id, "index_upkeep", options);
+                                figures.extend(ray.work(job).await?);
+                            } else {
+                                pause_before_commit().await;
+                                let v = work::update_indices(&mut dataset, &indices_for_work, &id)
+                                    .await?;
+                                catalog.note_own_commit(&record_for_work, None, v);
+                            }
                         }
                         Task::Cleanup => {
-                            let stats = work::cleanup(&dataset, &policy, false).await?;
-                            figures
-                                .insert("versions_removed".into(), stats.old_versions.to_string());
-                            figures
-                                .insert("bytes_reclaimed".into(), stats.bytes_removed.to_string());
-                            figures.insert(
-                                "files_removed".into(),
-                                (stats.data_files_removed
-                                    + stats.index_files_removed
-                                    + stats.deletion_files_removed
-                                    + stats.transaction_files_removed)
-                                    .to_string(),
-                            );
+                            if let Some(ray) = &ray {
+                                keeper_for_work.note_on_ray(Some(&id)).await?;
+                                let c = &policy.cleanup;
+                                let options = serde_json::json!({
+                                    "retention_s": c.retention.as_secs_f64(),
+                                    "keep_versions": c.keep_versions,
+                                });
+                                let job = job_on_ray(&record_for_work.id, &id, "cleanup", options);
+                                figures.extend(ray.work(job).await?);
+                            } else {
+                                let stats = work::cleanup(&dataset, &policy, false).await?;
+                                figures.insert(
+                                    "versions_removed".into(),
+                                    stats.old_versions.to_string(),
+                                );
+                                figures.insert(
+                                    "bytes_reclaimed".into(),
+                                    stats.bytes_removed.to_string(),
+                                );
+                                figures.insert(
+                                    "files_removed".into(),
+                                    (stats.data_files_removed
+                                        + stats.index_files_removed
+                                        + stats.deletion_files_removed
+                                        + stats.transaction_files_removed)
+                                        .to_string(),
+                                );
+                            }
                             // The receipts of the versions it removed go too.
                             let kept = datasets.open(&location, &At::latest()).await?;
                             let kept = work::version_numbers(&kept).await?;
@@ -849,22 +877,28 @@ impl Maintainer {
             .await
     }
 
-    /// A compaction left running on the Ray cluster by a lease holder that stopped (the
-    /// lease names its transaction): adopted, followed to its end and recorded as a run.
+    /// A task (compaction, index upkeep, cleanup) left running on the Ray cluster by a
+    /// lease holder that stopped (the lease names its transaction): adopted, followed to its end and recorded as a run.
     /// `None` when there is none, or it has ended (its record says how), or this gateway
     /// has no Ray cluster to follow it on.
     async fn adopt(&self, record: &TableRecord, keeper: &Arc<UpkeepKeeper>) -> Option<TaskRun> {
         let transaction = keeper.lease.lock().await.record.state.on_ray.clone()?;
         let ray = self.settings.ray.clone()?;
         let started = Instant::now();
+        // The task the job runs, as its record names it.
+        let mut task = Task::Compaction;
         let adopted = self.catalog.adopt_transaction(&transaction).await;
         let outcome = match adopted {
             Ok(Some(tx)) => {
                 tracing::info!(table = ?record.id, transaction = %transaction, "adopting a compaction running on Ray");
+                task = Task::ALL
+                    .into_iter()
+                    .find(|t| t.operation() == tx.record.op)
+                    .unwrap_or(Task::Compaction);
                 let job = crate::ray::job_id(&transaction);
                 let work = self.datasets.runtime().start(async move {
                     let result = ray.follow(&job).await?;
-                    Ok(ray_figures(&job, &result))
+                    Ok(crate::ray::figures(&job, &result))
                 });
                 jobs::follow(
                     &self.catalog,
@@ -885,15 +919,8 @@ impl Maintainer {
             Err(e) => Err(e),
         };
         Some(
-            self.record_run(
-                record,
-                Task::Compaction,
-                Some(transaction),
-                outcome,
-                started,
-                keeper,
-            )
-            .await,
+            self.record_run(record, task, Some(transaction), outcome, started, keeper)
+                .await,
         )
     }
 
@@ -1132,44 +1159,20 @@ fn limit_to(mut policy: Policy, tasks: &[Task]) -> Policy {
     policy
 }
 
-/// Compacts table `id` on Ray under `policy`, in the job of transaction `transaction`:
-/// the figures the job reports.
-async fn on_ray(
-    ray: &Arc<crate::ray::Ray>,
-    id: &[String],
-    policy: &Policy,
-    transaction: &str,
-) -> Result<Figures> {
-    let c = &policy.compaction;
-    let result = ray
-        .run(crate::ray::JobSpec {
-            task: "compact",
-            table: id,
-            transaction,
-            options: serde_json::json!({
-                "target_rows_per_fragment": c.target_rows_per_fragment,
-                "materialize_deletions_threshold": c.deleted_share,
-            }),
-        })
-        .await?;
-    Ok(ray_figures(&crate::ray::job_id(transaction), &result))
-}
-
-/// The figures of a Ray job `job` that answered `result`.
-fn ray_figures(job: &str, result: &serde_json::Map<String, serde_json::Value>) -> Figures {
-    let mut figures = Figures::new();
-    figures.insert("executor".into(), "ray".into());
-    figures.insert("ray_job".into(), job.to_string());
-    for (name, key) in [
-        ("fragments_removed", "fragments_removed"),
-        ("fragments_added", "fragments_added"),
-        ("ray_tasks", "tasks"),
-    ] {
-        if let Some(v) = result.get(key) {
-            figures.insert(name.into(), v.to_string());
-        }
+/// The job on Ray that runs `task` of the job package on table `id` under transaction
+/// `transaction`, with `options`.
+fn job_on_ray<'a>(
+    id: &'a [String],
+    transaction: &'a str,
+    task: &'a str,
+    options: serde_json::Value,
+) -> crate::ray::JobSpec<'a> {
+    crate::ray::JobSpec {
+        task,
+        table: id,
+        transaction,
+        options,
     }
-    figures
 }
 
 /// The tasks due, in the order they run (compaction first: index upkeep then indexes
@@ -1253,15 +1256,9 @@ pub async fn committed(
     ray: Option<&Arc<crate::ray::Ray>>,
     tx: TransactionRecord,
 ) -> Result<bool> {
-    if tx.results.get("executor").map(String::as_str) == Some("ray") {
-        // pylance cannot tag a compaction's commit: Ray's record of the job says.
-        return match ray {
-            Some(ray) => ray.settle(&crate::ray::job_id(&tx.id)).await,
-            None => Err(Error::unavailable(format!(
-                "transaction {} ran on a Ray cluster and this gateway has none configured (--ray-address) to ask whether it committed",
-                tx.id
-            ))),
-        };
+    // pylance cannot tag a job's commit: Ray's record of the job says.
+    if let Some(settled) = crate::ray::settled(ray, &tx).await {
+        return settled;
     }
     let record = match catalog.describe_table(&Ctx::internal(), &tx.table).await {
         Ok(record) => record,

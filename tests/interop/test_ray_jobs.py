@@ -21,6 +21,7 @@ import uuid
 
 import lance
 import lance_namespace as ln
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -51,15 +52,15 @@ class Served:
         self.gw, self.base, self.metrics_port = gw, base, metrics_port
 
 
+POLICY = f"compaction.target_rows_per_fragment={TARGET},compaction.min_fragments=16,ray.min_rows=100000"
+
+
 def serve(request, kind: str, cluster: RayCluster, managed: bool, *extra: str, env: dict | None = None,
-          warehouse: str | None = None) -> Served:
+          warehouse: str | None = None, policy: str = POLICY) -> Served:
     metrics_port = free_port()
     args = [*QUICK, "--metrics-listen", f"127.0.0.1:{metrics_port}",
             "--managed-versioning", "true" if managed else "false",
-            *cluster.gateway_args(),
-            "--maintenance-policy",
-            f"compaction.target_rows_per_fragment={TARGET},compaction.min_fragments=16,ray.min_rows=100000",
-            *extra]
+            *cluster.gateway_args(), "--maintenance-policy", policy, *extra]
     if kind == "local":
         gw = start_gateway(["--warehouse", warehouse or tempfile.mkdtemp(prefix="lg-rayjobs-"), *args], env)
         base = []
@@ -292,6 +293,162 @@ def test_a_client_appending_throughout_a_ray_compaction_loses_nothing(request, c
     want = pa.concat_tables([data, *appended]).sort_by("id")
     assert len(appended) >= 10
     assert ds.to_table().sort_by("id").equals(want)
+
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi "
+         "rho sigma tau upsilon").split()
+DIM = 8
+
+
+def documents(n: int, start: int = 0) -> pa.Table:
+    """Rows with an id, a text of five words and an 8-dimensional vector, the same for the
+    same `start` and `n`."""
+    rng = np.random.default_rng(start)
+    vectors = rng.random(n * DIM, dtype=np.float32)  # first, so a shorter run is a prefix
+    words = rng.integers(0, len(WORDS), (n, 5))
+    return pa.table({
+        "id": pa.array(range(start, start + n), pa.int64()),
+        "text": pa.array([" ".join(WORDS[w] for w in row) for row in words]),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(vectors), DIM),
+    })
+
+
+def build_index(s: Served, table_id, route: str, body: dict) -> dict:
+    """Builds an index through the spec's route and waits for its transaction to succeed:
+    the transaction."""
+    status, answer, _ = call(s.gw.uri, "POST", f"/v1/table/{enc(table_id)}/{route}", {"id": table_id, **body})
+    assert status == 200, answer
+    tx_id = answer["transaction_id"]
+    tx = wait_for(f"the {body['index_type']} build", lambda: (t := transaction(s.gw, tx_id))["status"] != "Running" and t,
+                  timeout=300)
+    assert tx["status"] == "Succeeded", tx
+    return tx
+
+
+def indices(s: Served, table_id) -> dict:
+    status, body, _ = call(s.gw.uri, "POST", f"/v1/table/{enc(table_id)}/index/list", {"id": table_id})
+    assert status == 200, body
+    return {i["index_name"]: i for i in body["indexes"]}
+
+
+def on_ray(s: Served, cluster: RayCluster, tx: dict) -> dict:
+    """The job that ran transaction `tx` on Ray, which Ray ran to success."""
+    props = tx["properties"]
+    assert props.get("lance_gateway.executor") == "ray", props
+    job = cluster.job(props["lance_gateway.ray_job"])
+    assert job is not None and job["status"] == "SUCCEEDED", job
+    return props
+
+
+FTS_QUERIES = ["alpha", "beta gamma", "sigma tau upsilon", "omicron"]
+FILTERS = ["id = 12345", "id >= 1000 AND id < 1300", "id IN (5, 99999, 150000, 199999)", "id > 199990"]
+
+
+@pytest.mark.parametrize("kind", ["local", "seaweedfs"])
+def test_fts_and_btree_indices_built_on_ray_answer_as_ones_built_in_the_gateway(request, cluster, kind):
+    s = serve(request, kind, cluster, True)
+    ns = namespace(s)
+    # The same rows in two tables: one past `ray.min_rows` (100 000 for the gateway), one in a
+    # namespace whose policy keeps its tables' work in the gateway.
+    in_gateway = [*s.base, f"gw_{uuid.uuid4().hex[:6]}"]
+    ns.create_namespace(ln.CreateNamespaceRequest(id=in_gateway, properties={"maintenance.ray.min_rows": "1000000000"}))
+    data = documents(200_000)
+    on_ray_table = create(s, "indexed", data, 8)
+    here = [*in_gateway, "indexed"]
+    lance.write_dataset(data, namespace_client=ns, table_id=here, mode="create", max_rows_per_file=25_000)
+
+    for route, body in (("create_index", {"column": "id", "index_type": "BTREE"}),
+                        ("create_scalar_index", {"column": "text", "index_type": "FTS", "with_position": False})):
+        ray_tx = build_index(s, on_ray_table, route, body)
+        props = on_ray(s, cluster, ray_tx)
+        assert int(props["lance_gateway.segments"]) == 2, props  # one per CPU of the cluster
+        gw_tx = build_index(s, here, route, body)
+        assert "lance_gateway.executor" not in gw_tx["properties"], gw_tx
+
+    # Both tables list the same indices, every row indexed; the Ray-built ones in segments.
+    ray_indices, gw_indices = indices(s, on_ray_table), indices(s, here)
+    assert sorted(ray_indices) == sorted(gw_indices) == ["id_idx", "text_idx"]
+    for name in ray_indices:
+        assert ray_indices[name]["num_unindexed_rows"] == 0, ray_indices[name]
+        assert ray_indices[name]["num_indexed_rows"] == 200_000, ray_indices[name]
+        assert ray_indices[name]["index_type"] == gw_indices[name]["index_type"]
+        assert ray_indices[name]["num_segments"] == 2
+
+    ray_ds, gw_ds = open_table(s, on_ray_table), open_table(s, here)
+    # Full-text search: the same rows with the same BM25 scores (the segments score as one).
+    for q in FTS_QUERIES:
+        a = ray_ds.to_table(full_text_query=q, columns=["id"]).sort_by("id")
+        b = gw_ds.to_table(full_text_query=q, columns=["id"]).sort_by("id")
+        assert a.num_rows > 0 and a.equals(b), q
+    # Filters through the BTREE answer what a scan without it answers.
+    for f in FILTERS:
+        assert "ScalarIndexQuery" in ray_ds.scanner(filter=f, columns=["id"]).explain_plan(), f
+        a = ray_ds.to_table(filter=f, columns=["id", "text"]).sort_by("id")
+        b = gw_ds.to_table(filter=f, columns=["id", "text"], use_scalar_index=False).sort_by("id")
+        assert a.num_rows > 0 and a.equals(b), f
+
+
+def test_index_upkeep_on_ray_after_appends_leaves_no_unindexed_rows(request, cluster):
+    # No compaction (the appends stay as their own fragments): upkeep alone.
+    s = serve(request, "local", cluster, True, policy="ray.min_rows=100000,compaction.enabled=false")
+    data = documents(200_000)
+    table_id = create(s, "upkept", data, 8)
+    build_index(s, table_id, "create_index", {"column": "id", "index_type": "BTREE"})
+    build_index(s, table_id, "create_scalar_index", {"column": "text", "index_type": "FTS", "with_position": False})
+    vec_tx = build_index(s, table_id, "create_index",
+                         {"column": "vec", "index_type": "IVF_FLAT", "num_partitions": 4, "distance_type": "l2"})
+    assert int(on_ray(s, cluster, vec_tx)["lance_gateway.segments"]) == 1  # a vector index: one worker
+    added = [documents(10_000, start=1_000_000 + i * 10_000) for i in range(3)]
+    for batch in added:
+        lance.write_dataset(batch, namespace_client=namespace(s), table_id=table_id, mode="append")
+
+    # 30 000 rows unindexed, past the policy's 10 000: the sweep keeps every index up on Ray.
+    run = wait_for("index upkeep", lambda: (r := last_run(s.gw, table_id, "index")) and r, timeout=300)
+    assert run["outcome"] == "succeeded", run
+    on_ray(s, cluster, transaction(s.gw, run["transaction_id"]))
+    listed = indices(s, table_id)
+    assert sorted(listed) == ["id_idx", "text_idx", "vec_idx"]
+    for name, index in listed.items():
+        assert index["num_unindexed_rows"] == 0 and index["num_indexed_rows"] == 230_000, index
+
+    ds = open_table(s, table_id)
+    assert ds.count_rows() == 230_000
+    # Vector search through the index at full probes is exact search; the appended rows are
+    # found through it.
+    queries = documents(6, start=1_000_000)["vec"].to_pylist() + documents(4, start=7)["vec"].to_pylist()
+    for q in queries:
+        nearest = {"column": "vec", "q": q, "k": 10, "nprobes": 4}
+        a = ds.to_table(nearest=nearest, columns=["id"])
+        b = ds.to_table(nearest={**nearest, "use_index": False}, columns=["id"])
+        assert "ANNSubIndex" in ds.scanner(nearest=nearest, columns=["id"]).explain_plan()
+        assert a["id"].to_pylist() == b["id"].to_pylist()
+    assert ds.to_table(nearest={"column": "vec", "q": queries[0], "k": 1, "nprobes": 4})["id"][0].as_py() == 1_000_000
+    for f in ["id = 1015000", "id >= 1029990", "id < 50"]:
+        a = ds.to_table(filter=f, columns=["id"]).sort_by("id")
+        assert a.equals(ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id")) and a.num_rows > 0
+    everything = pa.concat_tables([data, *added])
+    assert ds.to_table(full_text_query="upsilon", columns=["id"]).num_rows == sum(
+        1 for t in everything["text"].to_pylist() if "upsilon" in t.split())
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["unmanaged", "managed"])
+def test_cleanup_on_ray_removes_old_versions_and_keeps_every_row(request, cluster, managed):
+    s = serve(request, "local", cluster, managed,
+              policy="ray.min_rows=100000,compaction.enabled=false,index.enabled=false,"
+                     "cleanup.retention=1s,cleanup.keep_versions=2")
+    data = table_of(200_000)
+    table_id = create(s, "cleaned", data, 8)
+    added = [table_of(10, start=1_000_000 + i * 10) for i in range(4)]
+    for batch in added:
+        lance.write_dataset(batch, namespace_client=namespace(s), table_id=table_id, mode="append")
+
+    run = wait_for("cleanup", lambda: (r := last_run(s.gw, table_id, "cleanup")) and r, timeout=300)
+    assert run["outcome"] == "succeeded", run
+    props = on_ray(s, cluster, transaction(s.gw, run["transaction_id"]))
+    assert int(props["lance_gateway.versions_removed"]) >= 3, props
+    ds = open_table(s, table_id)
+    assert len(ds.versions()) == 2, ds.versions()
+    assert ds.to_table().sort_by("id").equals(pa.concat_tables([data, *added]))
 
 
 def test_a_worker_lost_mid_job_leaves_its_tasks_to_the_nodes_left_and_the_table_compacts_once(

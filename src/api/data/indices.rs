@@ -112,13 +112,33 @@ async fn build_index(
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| format!("{}_idx", req.column.trim()));
     let fts = index::fts_params(&body.raw)?;
+    let ray = on_ray(&state, &record, &at).await?;
+    let mut before = crate::jobs::Figures::new();
+    if ray.is_some() {
+        // The record says where the work runs; the job is `ray::job_id` of its id.
+        before.insert("executor".into(), "ray".into());
+    }
     let (datasets, location) = (state.data.clone(), crate::data::TableData::of(&record));
     let catalog = state.catalog.clone();
     let runtime = state.data.runtime().clone();
-    let work = move |_: &str| {
+    let work = move |transaction: &str| {
+        let transaction = transaction.to_string();
         runtime.start(async move {
             let branch = at.branch.clone();
             let dataset = datasets.open(&location, &at).await?;
+            if let Some(ray) = ray {
+                // Checked here, so a request the build would refuse is refused the same.
+                let planned = index::plan(&dataset, &req, scalar_only, replace).await?;
+                let options = index::job_options(&req, &planned, fts.as_ref())?;
+                return ray
+                    .work(crate::ray::JobSpec {
+                        task: "index",
+                        table: &record.id,
+                        transaction: &transaction,
+                        options,
+                    })
+                    .await;
+            }
             let made = index::create(dataset, &req, fts, scalar_only, replace).await?;
             catalog.note_own_commit(&record, branch.as_deref(), made);
             Ok(crate::jobs::Figures::from([(
@@ -127,7 +147,34 @@ async fn build_index(
             )]))
         })
     };
-    crate::api::transaction::supervised(&state, &target.id, ("create_index", &name), work).await
+    crate::api::transaction::supervised(&state, &target.id, ("create_index", &name), before, work)
+        .await
+}
+
+/// The Ray cluster an index build on `record` at `at` runs on, if it leaves the gateway:
+/// a cluster is configured, the build is on the table's main line (a job opens the table
+/// as clients do, at its latest version), and the table has at least the rows its policy's
+/// `maintenance.ray.min_rows` says.
+async fn on_ray(
+    state: &AppState,
+    record: &crate::catalog::records::TableRecord,
+    at: &At,
+) -> Result<Option<std::sync::Arc<crate::ray::Ray>>> {
+    let Some(ray) = state.ray.clone() else {
+        return Ok(None);
+    };
+    if at.branch.is_some() || at.version.is_some() {
+        return Ok(None);
+    }
+    let policy = state.catalog.table_policy(record).await?;
+    let rows = with_dataset(state, record, at.clone(), |dataset| async move {
+        dataset
+            .count_rows(None)
+            .await
+            .map_err(crate::data::lance_error)
+    })
+    .await?;
+    Ok((rows as u64 >= policy.ray.min_rows).then_some(ray))
 }
 
 /// Whether the index a stopped gateway was building was committed: an index of that name
@@ -144,6 +191,10 @@ pub(crate) async fn index_committed(
     };
     if !has_rows(state, &record).await? {
         return Ok(false);
+    }
+    // A build on Ray: Ray's record of the job says.
+    if let Some(settled) = crate::ray::settled(state.ray.as_ref(), &tx).await {
+        return settled;
     }
     let (name, since) = (tx.target, tx.started_at_ms as i64);
     with_dataset(state, &record, At::default(), move |dataset| async move {
