@@ -7,7 +7,7 @@ import sys
 import ray
 
 from . import cleanup, compact, index
-from .gateway import Job, Stopped, report
+from .gateway import Job, Stopped, report, try_reading_elsewhere
 
 TASKS = {
     "compact": compact.run,
@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
         return 2
     job = Job.from_environment()
     ray.init(log_to_driver=True)
+    try_reading_elsewhere(job)
     try:
         report(TASKS[argv[1]](job))
     except Stopped as stopped:

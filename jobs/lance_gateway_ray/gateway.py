@@ -6,7 +6,7 @@ import json
 import os
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import lance
 import lance_namespace
@@ -49,6 +49,11 @@ class Job:
         are), at `version` or its latest."""
         return lance.dataset(namespace_client=self.namespace(), table_id=self.table, version=version)
 
+    def vended(self) -> tuple[str, dict]:
+        """The table's location and the storage options the gateway vends beside it."""
+        answer = self.namespace().describe_table(lance_namespace.DescribeTableRequest(id=self.table))
+        return answer.location, dict(answer.storage_options or {})
+
     def status(self) -> str:
         """The job's transaction status as the gateway records it."""
         request = urllib.request.Request(
@@ -73,6 +78,24 @@ class Job:
         status = self.status()
         if status != "Running":
             raise Stopped(f"transaction {self.transaction} is {status}: not committing")
+
+
+def try_reading_elsewhere(job: Job) -> None:
+    """The test suite's probe of a job's reach (`LANCE_GATEWAY_FAULT_READ_ELSEWHERE`, a table
+    id in JSON, set only there): with the storage options vended for the job's table, reads
+    its own table and the other table's location, and prints what each answered."""
+    other = os.environ.get("LANCE_GATEWAY_FAULT_READ_ELSEWHERE")
+    if not other:
+        return
+    location, options = job.vended()
+    elsewhere, _ = replace(job, table=json.loads(other)).vended()
+    print(f"fault injection: the job's storage options carry {sorted(options)}", flush=True)
+    for what, uri in (("its own table", location), ("elsewhere", elsewhere)):
+        try:
+            rows = lance.dataset(uri, storage_options=options).count_rows()
+            print(f"fault injection: reading {what} ({uri}): read {rows} rows", flush=True)
+        except Exception as e:  # noqa: BLE001 (what refused it is the answer)
+            print(f"fault injection: reading {what} ({uri}): refused: {e}", flush=True)
 
 
 def report(result: dict) -> None:

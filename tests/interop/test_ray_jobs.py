@@ -11,6 +11,7 @@ asks for, the job's transaction (DescribeTransaction names the executor and the 
 whose status Ray's own API gives), and AlterTransaction to Canceled stopping the job before
 it commits."""
 
+import json
 import os
 import signal
 import tempfile
@@ -449,6 +450,49 @@ def test_cleanup_on_ray_removes_old_versions_and_keeps_every_row(request, cluste
     ds = open_table(s, table_id)
     assert len(ds.versions()) == 2, ds.versions()
     assert ds.to_table().sort_by("id").equals(pa.concat_tables([data, *added]))
+
+
+def test_a_job_on_ray_reaches_its_own_table_with_what_it_is_vended_and_no_other_table(request, cluster, seaweed):
+    # SeaweedFS's STS: the gateway vends each table's client keys scoped to its folder; a job
+    # gets its table's as any client does. The suite's probe has the job read its own table
+    # and table ml.b with the options vended for its own.
+    from test_sts import sts_gateway_at
+
+    gw, g = sts_gateway_at(seaweed, *QUICK, "--maintenance-policy", POLICY, ray_args=cluster.gateway_args(),
+                           env={"LANCE_GATEWAY_FAULT_READ_ELSEWHERE": json.dumps(["ml", "b"])})
+    request.addfinalizer(gw.stop)
+    key = g["keys"]["admin"]
+    admin = ln.connect("rest", {"uri": gw.uri, "headers.x-api-key": key})
+    admin.create_namespace(ln.CreateNamespaceRequest(id=["ml"]))
+    other = table_of(1_000, start=5_000_000)
+    lance.write_dataset(other, namespace_client=admin, table_id=["ml", "b"], mode="create")
+    data = table_of(200_000)
+    per = 200_000 // 40
+    lance.write_dataset(data, namespace_client=admin, table_id=["ml", "a"], mode="create",
+                        max_rows_per_file=per, max_rows_per_group=1024)
+
+    def compaction():
+        status, body, _ = call(gw.uri, "POST", f"/v1/table/{enc(['ml', 'a'])}/describe?load_detailed_metadata=true",
+                               {"id": ["ml", "a"]}, {"x-api-key": key})
+        assert status == 200, body
+        return body.get("maintenance", {}).get("compaction", {}).get("last_run")
+
+    run = wait_for("the compaction on Ray", compaction, timeout=300)
+    assert run["outcome"] == "succeeded", run
+    job_id = f"lance-gateway-{run['transaction_id']}"
+    assert cluster.job(job_id)["status"] == "SUCCEEDED"
+    logs = cluster.get(f"/api/jobs/{job_id}/logs")["logs"]
+    probe = [line for line in logs.splitlines() if line.startswith("fault injection:")]
+    # Scoped keys (a session token), which read the job's own table and are refused the other.
+    assert "'aws_session_token'" in probe[0], probe
+    assert any("reading its own table" in line and "read 200000 rows" in line for line in probe), probe
+    elsewhere = [line for line in probe if "reading elsewhere" in line]
+    assert len(elsewhere) == 1 and "refused" in elsewhere[0] and "403 Forbidden" in elsewhere[0], probe
+    assert f"({admin.describe_table(ln.DescribeTableRequest(id=['ml', 'b'])).location})" in elsewhere[0], elsewhere
+    # And the job compacted its own table through those keys.
+    ds = lance.dataset(namespace_client=admin, table_id=["ml", "a"])
+    assert len(ds.get_fragments()) == 1
+    assert ds.to_table().sort_by("id").equals(data)
 
 
 def test_a_worker_lost_mid_job_leaves_its_tasks_to_the_nodes_left_and_the_table_compacts_once(

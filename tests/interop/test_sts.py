@@ -22,9 +22,10 @@ from security import call, enc, make_key, write
 from test_security import grants_toml
 
 
-def sts_gateway_at(seaweed, *extra: str):
+def sts_gateway_at(seaweed, *extra: str, ray_args: list[str] | None = None, env: dict | None = None):
     """A gateway vending STS credentials over a fresh bucket, with API keys: `admin`, and
-    `reader`/`writer` of table ml.a, `builder` of ml.lt."""
+    `reader`/`writer` of table ml.a, `builder` of ml.lt. With `ray_args`, it hands work to
+    that Ray cluster, whose jobs present the `admin` key."""
     bucket = f"lg-sts-{uuid.uuid4().hex[:8]}"
     admin_s3 = boto3.client("s3", endpoint_url=seaweed.endpoint, region_name="us-east-1",
                             aws_access_key_id=seaweedfs.ADMIN_KEY, aws_secret_access_key=seaweedfs.ADMIN_SECRET)
@@ -42,7 +43,9 @@ def sts_gateway_at(seaweed, *extra: str):
     args = ["--warehouse", f"s3://{bucket}/wh", "--s3-endpoint", seaweed.endpoint, "--s3-region", "us-east-1",
             "--credentials", "sts", "--sts-role-arn", seaweedfs.STS_ROLE_ARN, "--sts-duration-secs", "900",
             "--api-keys", keys_file, "--grants", grants_file, "--audit-log", audit, *extra]
-    env = {"AWS_ACCESS_KEY_ID": seaweedfs.ADMIN_KEY, "AWS_SECRET_ACCESS_KEY": seaweedfs.ADMIN_SECRET}
+    if ray_args is not None:
+        args += [*ray_args, "--ray-api-key", keys["admin"][0]]
+    env = {"AWS_ACCESS_KEY_ID": seaweedfs.ADMIN_KEY, "AWS_SECRET_ACCESS_KEY": seaweedfs.ADMIN_SECRET, **(env or {})}
     gw = start_gateway(args, env)
     return gw, {"gw": gw, "keys": {k: v[0] for k, v in keys.items()}, "bucket": bucket, "s3": admin_s3,
                 "endpoint": seaweed.endpoint, "audit": audit}
