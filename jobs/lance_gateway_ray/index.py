@@ -48,17 +48,18 @@ def shares(fragments, n: int) -> list:
 def build(job: Job) -> dict:
     spec = job.options
     dataset = job.open()
+    before = dataset.version
     fragments = [(f.fragment_id, f.count_rows()) for f in dataset.get_fragments()]
     if spec["index_type"] in BY_FRAGMENT:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         runs = shares(fragments, max(1, min(cpus, len(fragments))))
     else:
         runs = [[f for f, _ in fragments]]
-    segments = ray.get([build_segment.remote(job, dataset.version, spec, run) for run in runs])
+    segments = ray.get([build_segment.remote(job, before, spec, run) for run in runs])
     job.may_commit()
     dataset.commit_existing_index_segments(spec["name"], spec["column"], segments)
     return {
-        "version_before": dataset.version,
+        "version_before": before,
         "tasks": len(runs),
         "segments": len(segments),
         "version": job.open().version,

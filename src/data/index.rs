@@ -479,4 +479,62 @@ mod tests {
         assert_eq!(index_kind("LabelList"), Some("LABEL_LIST"));
         assert_eq!(index_kind("RTREE2"), None);
     }
+
+    fn planned(kind: &'static str, column: &str) -> Planned {
+        Planned {
+            kind,
+            name: format!("{column}_idx"),
+            column: column.into(),
+        }
+    }
+
+    #[test]
+    fn a_ray_job_is_told_the_index_in_pylances_names() {
+        // A vector build: the distance as pylance's metric, the parameters given under
+        // pylance's names, the ones left at zero (the spec clients' "default") left out.
+        let req = CreateTableIndexRequest {
+            column: "vec".into(),
+            index_type: "ivf_pq".into(),
+            distance_type: Some("Cosine".into()),
+            num_partitions: Some(16),
+            num_sub_vectors: Some(0),
+            max_iterations: Some(5),
+            ..Default::default()
+        };
+        let options = job_options(&req, &planned("IVF_PQ", "vec"), None).expect("options");
+        assert_eq!(
+            options,
+            serde_json::json!({
+                "column": "vec", "index_type": "IVF_PQ", "name": "vec_idx",
+                "params": {"metric": "cosine", "num_partitions": 16, "max_iters": 5},
+            })
+        );
+        // A full-text build is pylance's INVERTED, with the parameters Lance's parser read.
+        let body =
+            serde_json::json!({"column": "text", "index_type": "FTS", "with_position": true});
+        let fts = fts_params(&body)
+            .expect("parameters")
+            .expect("a full-text build");
+        let req = CreateTableIndexRequest {
+            column: "text".into(),
+            index_type: "FTS".into(),
+            ..Default::default()
+        };
+        let options = job_options(&req, &planned("FTS", "text"), Some(&fts)).expect("options");
+        assert_eq!(options["index_type"], "INVERTED");
+        assert_eq!(options["params"]["with_position"], true);
+        assert!(
+            options["params"].get("base_tokenizer").is_some(),
+            "{options}"
+        );
+        // A scalar build has no parameters to pass.
+        let req = CreateTableIndexRequest {
+            column: "id".into(),
+            index_type: "BTREE".into(),
+            num_partitions: Some(4),
+            ..Default::default()
+        };
+        let options = job_options(&req, &planned("BTREE", "id"), None).expect("options");
+        assert_eq!(options["params"], serde_json::json!({}));
+    }
 }

@@ -22,7 +22,11 @@ from engines.harness import engine_python
 
 
 class RayCluster:
-    def __init__(self):
+    def __init__(self, workers: int = 1, head_cpus: int = 1, cpu_list: str | None = None):
+        """`workers` worker nodes of one CPU beside a head of `head_cpus`; every node's
+        processes on the CPUs `cpu_list` names (`taskset -c`), or on any."""
+        self.workers, self.head_cpus = workers, head_cpus
+        self.pin = ["taskset", "-c", cpu_list] if cpu_list else []
         python = engine_python("ray")
         self.bin = os.path.dirname(python)
         self.temp = tempfile.mkdtemp(prefix="lg-ray-")
@@ -42,12 +46,12 @@ class RayCluster:
         self.nodes: list[subprocess.Popen] = []
         self.logs: list[str] = []
 
-    def _node(self, name: str, *args: str) -> subprocess.Popen:
+    def _node(self, name: str, *args: str, cpus: int = 1) -> subprocess.Popen:
         log = os.path.join(self.temp, f"{name}.log")
         self.logs.append(log)
         proc = subprocess.Popen(
-            [os.path.join(self.bin, "ray"), "start", "--block", "--node-ip-address=127.0.0.1",
-             "--num-cpus=1", "--object-store-memory=200000000", "--disable-usage-stats",
+            [*self.pin, os.path.join(self.bin, "ray"), "start", "--block", "--node-ip-address=127.0.0.1",
+             f"--num-cpus={cpus}", "--object-store-memory=200000000", "--disable-usage-stats",
              f"--dashboard-agent-listen-port={free_port()}", *args],
             stdout=open(log, "w"), stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
         )
@@ -58,10 +62,11 @@ class RayCluster:
         try:
             self._node("head", "--head", f"--port={self.port}", "--include-dashboard=true",
                        "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
-                       f"--temp-dir={self.temp}/ray")
+                       f"--temp-dir={self.temp}/ray", cpus=self.head_cpus)
             self.wait_for_nodes(1)
-            self._node("worker", f"--address=127.0.0.1:{self.port}")
-            self.wait_for_nodes(2)
+            for i in range(self.workers):
+                self._node(f"worker{i}", f"--address=127.0.0.1:{self.port}")
+                self.wait_for_nodes(2 + i)
         except BaseException:
             self.stop()
             raise
