@@ -103,6 +103,9 @@ where
     if !state.catalog.abandoned(&record) {
         return Ok(record);
     }
+    if let Some(adopted) = adopt_build(state, &record).await? {
+        return Ok(adopted);
+    }
     let (status, error) = if committed(record).await? {
         (TxStatus::Succeeded, None)
     } else {
@@ -115,6 +118,38 @@ where
         .catalog
         .settle_transaction(ctx, id, status, error)
         .await
+}
+
+/// An index build left running on the Ray cluster by a gateway that stopped, adopted by
+/// this one when it has the cluster: it takes over the record and follows the job to its
+/// end (as maintenance adopts its jobs through their lease), so the build is neither
+/// stopped nor run again. The record as adopted; `None` when it is not such a build, or
+/// another gateway took it first.
+async fn adopt_build(
+    state: &AppState,
+    record: &TransactionRecord,
+) -> Result<Option<TransactionRecord>> {
+    let Some(ray) = state.ray.clone() else {
+        return Ok(None);
+    };
+    if record.op != "create_index"
+        || record.results.get("executor").map(String::as_str) != Some("ray")
+    {
+        return Ok(None);
+    }
+    let Some(tx) = state.catalog.adopt_transaction(&record.id).await? else {
+        return Ok(None);
+    };
+    tracing::info!(transaction = %record.id, table = ?record.table, "adopting an index build running on Ray");
+    let adopted = tx.record.clone();
+    let job = crate::ray::job_id(&record.id);
+    let work = state.data.runtime().start(async move {
+        let result = ray.follow(&job).await?;
+        Ok(crate::ray::figures(&job, &result))
+    });
+    // Followed to its end in the background: the record says how it ended.
+    drop(jobs::follow(&state.catalog, tx, None, work));
+    Ok(Some(adopted))
 }
 
 /// The transaction a body names must be the path's (the Lance client writes it as an id

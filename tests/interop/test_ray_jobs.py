@@ -398,7 +398,8 @@ def test_index_upkeep_on_ray_after_appends_leaves_no_unindexed_rows(request, clu
     build_index(s, table_id, "create_scalar_index", {"column": "text", "index_type": "FTS", "with_position": False})
     vec_tx = build_index(s, table_id, "create_index",
                          {"column": "vec", "index_type": "IVF_FLAT", "num_partitions": 4, "distance_type": "l2"})
-    assert int(on_ray(s, cluster, vec_tx)["lance_gateway.segments"]) == 1  # a vector index: one worker
+    # A vector index too is built in a segment per CPU, on one model trained first.
+    assert int(on_ray(s, cluster, vec_tx)["lance_gateway.segments"]) == 2
     added = [documents(10_000, start=1_000_000 + i * 10_000) for i in range(3)]
     for batch in added:
         lance.write_dataset(batch, namespace_client=namespace(s), table_id=table_id, mode="append")
@@ -414,8 +415,8 @@ def test_index_upkeep_on_ray_after_appends_leaves_no_unindexed_rows(request, clu
 
     ds = open_table(s, table_id)
     assert ds.count_rows() == 230_000
-    # Vector search through the index at full probes is exact search; the appended rows are
-    # found through it.
+    # Vector search through the index (its segments and the upkeep's delta) at full probes
+    # is exact search; the appended rows are found through it.
     queries = documents(6, start=1_000_000)["vec"].to_pylist() + documents(4, start=7)["vec"].to_pylist()
     for q in queries:
         nearest = {"column": "vec", "q": q, "k": 10, "nprobes": 4}
@@ -450,6 +451,49 @@ def test_cleanup_on_ray_removes_old_versions_and_keeps_every_row(request, cluste
     ds = open_table(s, table_id)
     assert len(ds.versions()) == 2, ds.versions()
     assert ds.to_table().sort_by("id").equals(pa.concat_tables([data, *added]))
+
+
+def test_a_gateway_killed_mid_build_on_ray_leaves_it_to_another_which_adopts_it_and_it_commits_once(
+        request, cluster):
+    # As for maintenance above, but a client's index build holds no lease: the gateway that
+    # describes the abandoned build (the client polling it, or the job asking before it
+    # commits) adopts it. The request waits 3 s, the job pauses 15 s before committing.
+    # Under managed versioning the job's commit is a CreateTableVersion through the proxy,
+    # on a connection it opened to A: it is cut, and the job finds from B that its index
+    # was not made and commits it there.
+    warehouse = tempfile.mkdtemp(prefix="lg-rayjobs-adopt-build-")
+    port_a, port_b = free_port(), free_port()
+    proxy = FaultProxy("127.0.0.1", port_a, seed=11)
+    request.addfinalizer(proxy.stop)
+    env = {"LANCE_GATEWAY_FAULT_PAUSE_BEFORE_COMMIT_MS": "15000"}
+    common = ["--warehouse", warehouse, *QUICK, "--request-timeout-secs", "4", "--managed-versioning", "true",
+              *cluster.gateway_args(), "--ray-gateway-uri", proxy.endpoint, "--maintenance-policy", POLICY]
+    a = start_gateway([*common, "--node-id", "gw-a"], env, port=port_a)
+    request.addfinalizer(lambda: a.proc.poll() is None and a.proc.kill())
+    table_id = create(Served(a, [], None), "build", documents(200_000), 8)
+    status, answer, _ = call(a.uri, "POST", f"/v1/table/{enc(table_id)}/create_scalar_index",
+                             {"id": table_id, "column": "text", "index_type": "FTS", "with_position": False})
+    assert status == 200, answer
+    tx_id = answer["transaction_id"]
+    job_id = f"lance-gateway-{tx_id}"
+    assert transaction(a, tx_id)["status"] == "Running"
+    wait_for("Ray to run the build", lambda: (cluster.job(job_id) or {}).get("status") == "RUNNING", timeout=120)
+
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    b = start_gateway([*common, "--node-id", "gw-b"], env, port=port_b)
+    request.addfinalizer(b.stop)
+    proxy.upstream = ("127.0.0.1", port_b)
+
+    tx = wait_for("the build to end", lambda: (t := transaction(b, tx_id))["status"] != "Running" and t, timeout=180)
+    assert tx["status"] == "Succeeded", tx
+    assert tx["properties"]["lance_gateway.node"] == "gw-b", tx
+    assert tx["properties"]["lance_gateway.ray_job"] == job_id, tx
+    assert cluster.job(job_id)["status"] == "SUCCEEDED"
+    ours = [j for j in cluster.jobs() if (j.get("metadata") or {}).get("lance_gateway.table") == "$".join(table_id)]
+    assert [j["submission_id"] for j in ours] == [job_id], ours
+    built = indices(Served(b, [], None), table_id)["text_idx"]
+    assert built["num_indexed_rows"] == 200_000 and built["num_segments"] == 2, built
 
 
 def test_a_job_on_ray_reaches_its_own_table_with_what_it_is_vended_and_no_other_table(request, cluster, seaweed):
