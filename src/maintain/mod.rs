@@ -762,16 +762,13 @@ impl Maintainer {
                         Task::Compaction => {
                             figures.insert("fragments_before".into(), before.fragments.to_string());
                             if let Some(ray) = &ray {
-                                // The lease names the job's transaction before the job
-                                // exists: a holder after this one adopts it.
-                                keeper_for_work.note_on_ray(Some(&id)).await?;
                                 let c = &policy.compaction;
                                 let options = serde_json::json!({
                                     "target_rows_per_fragment": c.target_rows_per_fragment,
                                     "materialize_deletions_threshold": c.deleted_share,
                                 });
-                                let job = job_on_ray(&record_for_work.id, &id, "compact", options);
-                                figures.extend(ray.work(job).await?);
+                                let job = (&record_for_work.id[..], id.as_str(), "compact");
+                                figures.extend(on_ray(ray, &keeper_for_work, job, options).await?);
                             } else {
                                 let done = work::compact(&mut dataset, &policy, &id, || async {
                                     pause_before_commit().await;
@@ -805,11 +802,9 @@ impl Maintainer {
                             );
                             figures.insert("indices".into(), indices_for_work.join(","));
                             if let Some(ray) = &ray {
-                                keeper_for_work.note_on_ray(Some(&id)).await?;
                                 let options = serde_json::json!({"indices": indices_for_work});
-                                let job =
-                                    job_on_ray(&record_for_work.id, &id, "index_upkeep", options);
-                                figures.extend(ray.work(job).await?);
+                                let job = (&record_for_work.id[..], id.as_str(), "index_upkeep");
+                                figures.extend(on_ray(ray, &keeper_for_work, job, options).await?);
                             } else {
                                 pause_before_commit().await;
                                 let v = work::update_indices(&mut dataset, &indices_for_work, &id)
@@ -819,14 +814,13 @@ impl Maintainer {
                         }
                         Task::Cleanup => {
                             if let Some(ray) = &ray {
-                                keeper_for_work.note_on_ray(Some(&id)).await?;
                                 let c = &policy.cleanup;
                                 let options = serde_json::json!({
                                     "retention_s": c.retention.as_secs_f64(),
                                     "keep_versions": c.keep_versions,
                                 });
-                                let job = job_on_ray(&record_for_work.id, &id, "cleanup", options);
-                                figures.extend(ray.work(job).await?);
+                                let job = (&record_for_work.id[..], id.as_str(), "cleanup");
+                                figures.extend(on_ray(ray, &keeper_for_work, job, options).await?);
                             } else {
                                 let stats = work::cleanup(&dataset, &policy, false).await?;
                                 figures.insert(
@@ -1159,20 +1153,23 @@ fn limit_to(mut policy: Policy, tasks: &[Task]) -> Policy {
     policy
 }
 
-/// The job on Ray that runs `task` of the job package on table `id` under transaction
-/// `transaction`, with `options`.
-fn job_on_ray<'a>(
-    id: &'a [String],
-    transaction: &'a str,
-    task: &'a str,
+/// Runs `task` of the job package on table `table` on Ray, under transaction
+/// `transaction`, with `options`: the figures it reports. The lease names the transaction
+/// before the job exists, so a holder after this one adopts the job.
+async fn on_ray(
+    ray: &Arc<crate::ray::Ray>,
+    keeper: &UpkeepKeeper,
+    (table, transaction, task): (&[String], &str, &str),
     options: serde_json::Value,
-) -> crate::ray::JobSpec<'a> {
-    crate::ray::JobSpec {
+) -> Result<Figures> {
+    keeper.note_on_ray(Some(transaction)).await?;
+    ray.work(crate::ray::JobSpec {
         task,
-        table: id,
+        table,
         transaction,
         options,
-    }
+    })
+    .await
 }
 
 /// The tasks due, in the order they run (compaction first: index upkeep then indexes
