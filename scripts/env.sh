@@ -8,3 +8,6 @@ export LANCE_GATEWAY_BIN="${LANCE_GATEWAY_BIN:-$CARGO_TARGET_DIR/release/lance-g
 export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
 # The SeaweedFS version every suite runs against (tools/seaweedfs/go.mod pins it too).
 export SEAWEEDFS_VERSION="v0.0.0-20261109003541-7506e5f91cd6"
+# The cloud storage emulators (scripts/install-emulators).
+export FAKE_GCS_BIN="${FAKE_GCS_BIN:-$LANCE_GATEWAY_CACHE/bin/fake-gcs-server}"
+export AZURITE_BIN="${AZURITE_BIN:-$LANCE_GATEWAY_CACHE/azurite/node_modules/.bin/azurite-blob}"

@@ -247,6 +247,8 @@ pub enum CredentialPolicy {
     Gateway,
     /// Vend short-lived keys from STS AssumeRole, limited to the table's folder and to the caller's access (read or read-write).
     Sts,
+    /// Azure: vend a short-lived SAS token signed with the account key, read-only or read-write by the caller's access, limited to the table's folder where the account has a hierarchical namespace.
+    Sas,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -269,7 +271,7 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_METRICS_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<String>,
-    /// Where catalog and tables live: a directory, file:///dir, s3://bucket/prefix, or s3:// (endpoint mode) [default: ./warehouse].
+    /// Where catalog and tables live: a directory, file:///dir, s3://bucket/prefix, s3:// (endpoint mode), gs://bucket/prefix or az://container/prefix [default: ./warehouse].
     #[arg(long, env = "LANCE_GATEWAY_WAREHOUSE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warehouse: Option<String>,
@@ -297,11 +299,43 @@ pub struct Settings {
     #[arg(long, env = "LANCE_GATEWAY_S3_VIRTUAL_HOSTED")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub s3_virtual_hosted: Option<bool>,
+    /// GCS warehouses: the JSON API's base URL, for an emulator such as fake-gcs-server [default: https://storage.googleapis.com].
+    #[arg(long, env = "LANCE_GATEWAY_GCS_ENDPOINT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gcs_endpoint: Option<String>,
+    /// GCS warehouses: a service account key file for the gateway's own access [default: object_store's chain: GOOGLE_SERVICE_ACCOUNT, GOOGLE_APPLICATION_CREDENTIALS, the metadata server].
+    #[arg(long, env = "LANCE_GATEWAY_GCS_SERVICE_ACCOUNT_KEY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gcs_service_account_key: Option<PathBuf>,
+    /// GCS warehouses: send requests unsigned (an emulator that checks no tokens) [default: false].
+    #[arg(long, env = "LANCE_GATEWAY_GCS_ANONYMOUS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gcs_anonymous: Option<bool>,
+    /// Azure warehouses: the storage account [default: AZURE_STORAGE_ACCOUNT_NAME].
+    #[arg(long, env = "LANCE_GATEWAY_AZURE_ACCOUNT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub azure_account: Option<String>,
+    /// Azure warehouses: the account's access key, for the gateway's own access and for signing SAS tokens [default: AZURE_STORAGE_ACCOUNT_KEY].
+    #[arg(long, env = "LANCE_GATEWAY_AZURE_ACCESS_KEY", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub azure_access_key: Option<Secret>,
+    /// Azure warehouses: the blob service URL, with the account in its path for an emulator (http://127.0.0.1:10000/devstoreaccount1) [default: https://<account>.blob.core.windows.net].
+    #[arg(long, env = "LANCE_GATEWAY_AZURE_ENDPOINT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub azure_endpoint: Option<String>,
+    /// What a vended SAS reaches: directory (the table's folder; needs an account with a hierarchical namespace) or container (the whole container: for flat accounts and emulators, chosen knowingly) [default: directory].
+    #[arg(long, env = "LANCE_GATEWAY_AZURE_SAS_SCOPE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub azure_sas_scope: Option<String>,
+    /// How long vended SAS tokens last, in seconds [default: 3600].
+    #[arg(long, env = "LANCE_GATEWAY_SAS_DURATION_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sas_duration_secs: Option<u64>,
     /// The S3 endpoint vended to clients, when they reach the store by another address than the gateway does.
     #[arg(long, env = "LANCE_GATEWAY_CLIENT_ENDPOINT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_endpoint: Option<String>,
-    /// Which credentials to vend beside locations: none, static, gateway or sts [default: none].
+    /// Which credentials to vend beside locations: none, static, gateway, sts (S3) or sas (Azure) [default: none].
     #[arg(long, env = "LANCE_GATEWAY_CREDENTIALS", value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialPolicy>,
@@ -531,8 +565,37 @@ fn bad(setting: &'static str, message: impl Into<String>) -> ConfigError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WarehouseUri {
     Local(PathBuf),
-    S3Bucket { bucket: String, prefix: String },
+    S3Bucket {
+        bucket: String,
+        prefix: String,
+    },
     S3Endpoint,
+    /// `gs://bucket/prefix`.
+    Gcs {
+        bucket: String,
+        prefix: String,
+    },
+    /// `az://container/prefix`.
+    Azure {
+        container: String,
+        prefix: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct GcsSettings {
+    pub endpoint: Option<String>,
+    pub service_account_key: Option<PathBuf>,
+    pub anonymous: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct AzureSettings {
+    pub account: Option<String>,
+    pub access_key: Option<Secret>,
+    pub endpoint: Option<String>,
+    pub sas_scope: crate::vend::sas::Scope,
+    pub sas_duration: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -594,6 +657,8 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     pub warehouse: WarehouseUri,
     pub s3: S3Settings,
+    pub gcs: GcsSettings,
+    pub azure: AzureSettings,
     pub client_endpoint: Option<String>,
     pub credentials: CredentialPolicy,
     pub client_access_key_id: Option<String>,
@@ -733,7 +798,50 @@ impl Config {
                 "give both the access key id and the secret access key, or neither",
             ));
         }
+        if let Some(e) = &s.gcs_endpoint {
+            check_url("gcs-endpoint", e)?;
+        }
+        if let Some(e) = &s.azure_endpoint {
+            check_url("azure-endpoint", e)?;
+        }
+        let gcs = GcsSettings {
+            endpoint: s.gcs_endpoint,
+            service_account_key: s.gcs_service_account_key,
+            anonymous: s.gcs_anonymous.unwrap_or(false),
+        };
+        let sas_secs = s.sas_duration_secs.unwrap_or(3600);
+        if !(60..=7 * 24 * 3600).contains(&sas_secs) {
+            return Err(bad(
+                "sas-duration-secs",
+                "must be between 60 and 604800 (seven days, what Azure accepts for a SAS)",
+            ));
+        }
+        let azure = AzureSettings {
+            account: s
+                .azure_account
+                .or_else(|| std::env::var("AZURE_STORAGE_ACCOUNT_NAME").ok())
+                .filter(|a| !a.trim().is_empty()),
+            access_key: s.azure_access_key.or_else(|| {
+                std::env::var("AZURE_STORAGE_ACCOUNT_KEY")
+                    .ok()
+                    .filter(|k| !k.is_empty())
+                    .map(Secret)
+            }),
+            endpoint: s.azure_endpoint,
+            sas_scope: match s.azure_sas_scope.as_deref().map(str::trim) {
+                None | Some("directory") => crate::vend::sas::Scope::Directory,
+                Some("container") => crate::vend::sas::Scope::Container,
+                Some(other) => {
+                    return Err(bad(
+                        "azure-sas-scope",
+                        format!("'{other}' is not directory or container"),
+                    ));
+                }
+            },
+            sas_duration: Duration::from_secs(sas_secs),
+        };
         let credentials = s.credentials.unwrap_or(CredentialPolicy::None);
+        check_cloud_settings(&warehouse, credentials, &azure)?;
         if credentials == CredentialPolicy::Static
             && (s.client_access_key_id.is_none() || s.client_secret_access_key.is_none())
         {
@@ -984,6 +1092,8 @@ impl Config {
             metrics_listen,
             warehouse,
             s3,
+            gcs,
+            azure,
             client_endpoint: s.client_endpoint,
             credentials,
             client_access_key_id: s.client_access_key_id,
@@ -1031,8 +1141,122 @@ fn check_url(setting: &'static str, url: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// Parses a warehouse URI: a path, `file:///dir`, `s3://bucket[/prefix]`, or `s3://`.
+/// What each cloud's warehouse needs besides its URI, and which vending policies it has.
+fn check_cloud_settings(
+    warehouse: &WarehouseUri,
+    credentials: CredentialPolicy,
+    azure: &AzureSettings,
+) -> Result<(), ConfigError> {
+    let refuse = |cloud: &str, has: &str| {
+        Err(bad(
+            "credentials",
+            format!("a {cloud} warehouse vends {has}; `{credentials:?}` is for another store")
+                .replace("`Sts`", "`sts`")
+                .replace("`Sas`", "`sas`")
+                .replace("`Static`", "`static`"),
+        ))
+    };
+    match warehouse {
+        WarehouseUri::Gcs { .. } => match credentials {
+            CredentialPolicy::None | CredentialPolicy::Gateway => Ok(()),
+            _ => refuse("GCS", "none or gateway (its own access token)"),
+        },
+        WarehouseUri::Azure { .. } => {
+            if azure.account.is_none() {
+                return Err(bad(
+                    "azure-account",
+                    "an Azure warehouse needs its storage account (azure-account or AZURE_STORAGE_ACCOUNT_NAME)",
+                ));
+            }
+            match credentials {
+                CredentialPolicy::None => Ok(()),
+                CredentialPolicy::Gateway | CredentialPolicy::Sas if azure.access_key.is_none() => {
+                    Err(bad(
+                        "azure-access-key",
+                        "vending gateway keys or SAS tokens needs the account key (azure-access-key or AZURE_STORAGE_ACCOUNT_KEY)",
+                    ))
+                }
+                CredentialPolicy::Gateway | CredentialPolicy::Sas => Ok(()),
+                _ => refuse("Azure", "none, gateway (the account key) or sas"),
+            }
+        }
+        _ if credentials == CredentialPolicy::Sas => Err(bad(
+            "credentials",
+            "the sas policy is for Azure warehouses (S3 has sts)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A bucket or container name and a key prefix (empty, or ending in `/`) from the rest of a
+/// cloud URI.
+fn bucket_and_prefix(text: &str, rest: &str) -> Result<(String, String), ConfigError> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let prefix = prefix.trim_matches('/');
+    if prefix.split('/').any(|s| s == "." || s == "..") || prefix.contains("//") {
+        return Err(bad(
+            "warehouse",
+            format!("'{text}' has an empty, '.' or '..' segment"),
+        ));
+    }
+    let prefix = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
+    };
+    Ok((bucket.to_string(), prefix))
+}
+
+/// Parses a warehouse URI: a path, `file:///dir`, `s3://bucket[/prefix]`, `s3://`,
+/// `gs://bucket[/prefix]` or `az://container[/prefix]`.
 pub fn parse_warehouse(text: &str) -> Result<WarehouseUri, ConfigError> {
+    if let Some(rest) = text.strip_prefix("gs://") {
+        let (bucket, prefix) = bucket_and_prefix(text, rest)?;
+        let ok = (3..=63).contains(&bucket.len())
+            && bucket.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+            })
+            && bucket.as_bytes()[0].is_ascii_alphanumeric()
+            && bucket.as_bytes()[bucket.len() - 1].is_ascii_alphanumeric();
+        if !ok {
+            return Err(bad(
+                "warehouse",
+                format!(
+                    "'{text}': a GCS bucket name is 3-63 lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+                ),
+            ));
+        }
+        return Ok(WarehouseUri::Gcs { bucket, prefix });
+    }
+    if let Some(rest) = text.strip_prefix("az://") {
+        let (container, prefix) = bucket_and_prefix(text, rest)?;
+        let ok = (3..=63).contains(&container.len())
+            && container
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && container.as_bytes()[0].is_ascii_alphanumeric()
+            && container.as_bytes()[container.len() - 1].is_ascii_alphanumeric()
+            && !container.contains("--");
+        if !ok {
+            return Err(bad(
+                "warehouse",
+                format!(
+                    "'{text}': an Azure container name is 3-63 lowercase letters, digits and single hyphens, starting and ending with a letter or digit"
+                ),
+            ));
+        }
+        return Ok(WarehouseUri::Azure { container, prefix });
+    }
+    for other in ["abfss://", "abfs://", "wasbs://", "gcs://", "azure://"] {
+        if text.starts_with(other) {
+            return Err(bad(
+                "warehouse",
+                format!(
+                    "'{text}': name an Azure warehouse az://container/prefix and a GCS one gs://bucket/prefix (the account goes in azure-account)"
+                ),
+            ));
+        }
+    }
     if let Some(rest) = text.strip_prefix("s3://") {
         if rest.is_empty() || rest == "/" {
             return Ok(WarehouseUri::S3Endpoint);
@@ -1068,7 +1292,9 @@ pub fn parse_warehouse(text: &str) -> Result<WarehouseUri, ConfigError> {
     if text.contains("://") {
         return Err(bad(
             "warehouse",
-            format!("'{text}': use a directory, file:///dir, s3://bucket/prefix or s3://"),
+            format!(
+                "'{text}': use a directory, file:///dir, s3://bucket/prefix, s3://, gs://bucket/prefix or az://container/prefix"
+            ),
         ));
     }
     if text.is_empty() {
@@ -1126,10 +1352,96 @@ mod tests {
             parse_warehouse("./w").unwrap(),
             WarehouseUri::Local("./w".into())
         );
-        for bad in ["gs://b", "s3://B", "s3://bkt/../x", "file://rel", ""] {
+        assert_eq!(
+            parse_warehouse("gs://my_bucket.x/lake/").unwrap(),
+            WarehouseUri::Gcs {
+                bucket: "my_bucket.x".into(),
+                prefix: "lake/".into()
+            }
+        );
+        assert_eq!(
+            parse_warehouse("az://wh-1").unwrap(),
+            WarehouseUri::Azure {
+                container: "wh-1".into(),
+                prefix: "".into()
+            }
+        );
+        for bad in [
+            "gs://b",
+            "gs://Bucket",
+            "az://under_score",
+            "az://a--b",
+            "az://wh/../x",
+            "abfss://wh@acct.dfs.core.windows.net/x",
+            "hdfs://x",
+            "s3://B",
+            "s3://bkt/../x",
+            "file://rel",
+            "",
+        ] {
             let err = parse_warehouse(bad).unwrap_err();
             assert_eq!(err.setting, "warehouse", "{bad}");
         }
+    }
+
+    #[test]
+    fn each_cloud_takes_its_own_settings_and_policies() {
+        let with = |warehouse: &str, credentials: CredentialPolicy, account: bool, key: bool| {
+            load(Settings {
+                warehouse: Some(warehouse.into()),
+                credentials: Some(credentials),
+                azure_account: account.then(|| "acct".to_string()),
+                azure_access_key: key.then(|| Secret("a2V5".into())),
+                client_access_key_id: Some("id".into()),
+                client_secret_access_key: Some(Secret("s".into())),
+                ..Default::default()
+            })
+        };
+        assert!(with("gs://bkt", CredentialPolicy::Gateway, false, false).is_ok());
+        for refused in [
+            CredentialPolicy::Static,
+            CredentialPolicy::Sts,
+            CredentialPolicy::Sas,
+        ] {
+            assert_eq!(
+                with("gs://bkt", refused, false, false).unwrap_err().setting,
+                "credentials"
+            );
+        }
+        if let Err(e) = with("az://lake", CredentialPolicy::Sas, true, true) {
+            panic!("{}: {}", e.setting, e.message);
+        }
+        assert_eq!(
+            with("az://lake", CredentialPolicy::None, false, false)
+                .unwrap_err()
+                .setting,
+            "azure-account"
+        );
+        assert_eq!(
+            with("az://lake", CredentialPolicy::Sas, true, false)
+                .unwrap_err()
+                .setting,
+            "azure-access-key"
+        );
+        assert_eq!(
+            with("az://lake", CredentialPolicy::Sts, true, true)
+                .unwrap_err()
+                .setting,
+            "credentials"
+        );
+        assert_eq!(
+            with("s3://bkt", CredentialPolicy::Sas, false, false)
+                .unwrap_err()
+                .setting,
+            "credentials"
+        );
+        let scope = load(Settings {
+            warehouse: Some("az://lake".into()),
+            azure_account: Some("acct".into()),
+            azure_sas_scope: Some("account".into()),
+            ..Default::default()
+        });
+        assert_eq!(scope.unwrap_err().setting, "azure-sas-scope");
     }
 
     #[test]

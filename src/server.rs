@@ -66,6 +66,8 @@ pub async fn build_parts(config: &Config, writes: bool) -> Result<Parts, String>
                 own_access: Vendor::local(),
             })
         }
+        WarehouseUri::Gcs { bucket, prefix } => gcs_parts(config, bucket, prefix),
+        WarehouseUri::Azure { container, prefix } => azure_parts(config, container, prefix),
         WarehouseUri::S3Bucket { .. } | WarehouseUri::S3Endpoint => {
             let s3 = &config.s3;
             let mut loader = aws_config::defaults(BehaviorVersion::latest());
@@ -181,6 +183,118 @@ pub async fn build_parts(config: &Config, writes: bool) -> Result<Parts, String>
             })
         }
     }
+}
+
+/// A GCS warehouse: the store over the JSON API, signed with object_store's credentials
+/// (or unsigned for an emulator), and the options vended beside its tables.
+fn gcs_parts(config: &Config, bucket: &str, prefix: &str) -> Result<Parts, String> {
+    use crate::store::gcs::{DEFAULT_BASE_URL, GcsAuth, GcsStore};
+    let gcs = &config.gcs;
+    let own = if gcs.anonymous {
+        None
+    } else {
+        let mut builder =
+            object_store::gcp::GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
+        if let Some(path) = &gcs.service_account_key {
+            if !path.is_file() {
+                return Err(format!(
+                    "invalid setting `gcs-service-account-key`: {} is not a file",
+                    path.display()
+                ));
+            }
+            builder = builder.with_service_account_path(path.to_string_lossy());
+        }
+        let store = builder
+            .build()
+            .map_err(|e| format!("invalid setting `warehouse`: the GCS credentials: {e}"))?;
+        Some(store.credentials().clone())
+    };
+    let auth = match &own {
+        Some(provider) => GcsAuth::Provider(provider.clone()),
+        None => GcsAuth::Anonymous,
+    };
+    let base = gcs.endpoint.as_deref().unwrap_or(DEFAULT_BASE_URL);
+    let store = GcsStore::new(base, bucket, prefix, auth)
+        .map_err(|e| format!("invalid setting `warehouse`: {e}"))?;
+    let vendor = |policy| {
+        Vendor::gcs(gcs.endpoint.as_deref(), gcs.anonymous, policy, own.clone())
+            .map_err(|e| format!("invalid setting `credentials`: {}", e.message))
+    };
+    Ok(Parts {
+        store: Arc::new(store),
+        layout: Layout::new(Warehouse::Cloud {
+            scheme: "gs",
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+        }),
+        client_vendor: vendor(config.credentials)?,
+        own_access: vendor(if own.is_some() {
+            CredentialPolicy::Gateway
+        } else {
+            CredentialPolicy::None
+        })?,
+    })
+}
+
+/// An Azure warehouse: the store over object_store's Azure client, and the options (and SAS
+/// tokens) vended beside its tables.
+fn azure_parts(config: &Config, container: &str, prefix: &str) -> Result<Parts, String> {
+    use crate::store::azure::AzureStore;
+    use crate::vend::sas::Sas;
+    let azure = &config.azure;
+    let account = azure
+        .account
+        .clone()
+        .ok_or("invalid setting `azure-account`: an Azure warehouse needs its storage account")?;
+    let key = azure.access_key.as_ref().map(|k| k.expose().to_string());
+    let store = AzureStore::connect(
+        &account,
+        key.as_deref(),
+        azure.endpoint.as_deref(),
+        container,
+        prefix,
+    )
+    .map_err(|e| format!("invalid setting `warehouse`: {e}"))?;
+    let sas = match (config.credentials, &key) {
+        (CredentialPolicy::Sas, Some(key)) => Some(
+            Sas::new(
+                &account,
+                key,
+                container,
+                azure.sas_scope,
+                azure.sas_duration,
+            )
+            .map_err(|e| format!("invalid setting `azure-access-key`: {}", e.message))?,
+        ),
+        _ => None,
+    };
+    let vendor = |policy, sas| {
+        Vendor::azure(
+            &account,
+            azure.endpoint.as_deref(),
+            policy,
+            key.as_deref(),
+            sas,
+        )
+        .map_err(|e| format!("invalid setting `credentials`: {}", e.message))
+    };
+    Ok(Parts {
+        store: Arc::new(store),
+        layout: Layout::new(Warehouse::Cloud {
+            scheme: "az",
+            bucket: container.to_string(),
+            prefix: prefix.to_string(),
+        }),
+        client_vendor: vendor(config.credentials, sas)?,
+        own_access: vendor(
+            if key.is_some() {
+                CredentialPolicy::Gateway
+            } else {
+                CredentialPolicy::None
+            },
+            None,
+        )?,
+    })
 }
 
 /// Who authenticates callers and what they may do, from the configuration.

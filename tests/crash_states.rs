@@ -1,9 +1,9 @@
 //! Crash states, built by hand: each scenario writes the objects exactly as a gateway killed
 //! at one step leaves them (its intent, its mark, its staged record), then sends the rival
 //! request a live gateway would get, and checks the final state once recovery has run.
-//! Every scenario runs on the memory store, a local directory and SeaweedFS (bucket-prefix
-//! and endpoint modes): the local directory publishes creates by moving the staged record,
-//! the others commit them through an intent.
+//! Every scenario runs on the memory store, a local directory, SeaweedFS (bucket-prefix
+//! and endpoint modes), fake-gcs-server and Azurite: the local directory publishes creates
+//! by moving the staged record, the others commit them through an intent.
 
 mod common;
 
@@ -52,6 +52,8 @@ enum Kind {
     Local,
     S3Bucket,
     S3Endpoint,
+    Gcs,
+    Azure,
 }
 
 async fn world(kind: Kind) -> World {
@@ -92,6 +94,14 @@ async fn world(kind: Kind) -> World {
                 vec![],
                 None,
             )
+        }
+        Kind::Gcs => {
+            let (store, warehouse) = common::gcs_store("crash");
+            (Arc::new(store), warehouse, vec![], None)
+        }
+        Kind::Azure => {
+            let (store, warehouse) = common::azure_store("crash");
+            (Arc::new(store), warehouse, vec![], None)
         }
         Kind::S3Endpoint => {
             let env = common::s3_env();
@@ -1924,6 +1934,8 @@ macro_rules! on_every_store {
         mod local { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $scenario() { super::$scenario(super::world(super::Kind::Local).await).await } )* }
         mod s3_bucket { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $scenario() { super::$scenario(super::world(super::Kind::S3Bucket).await).await } )* }
         mod s3_endpoint { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $scenario() { super::$scenario(super::world(super::Kind::S3Endpoint).await).await } )* }
+        mod gcs { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $scenario() { super::$scenario(super::world(super::Kind::Gcs).await).await } )* }
+        mod azure { $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn $scenario() { super::$scenario(super::world(super::Kind::Azure).await).await } )* }
     };
 }
 
@@ -1968,6 +1980,10 @@ macro_rules! on_stores_of_their_own {
             async fn local() { super::$scenario(super::world(super::Kind::Local).await).await }
             #[tokio::test]
             async fn s3_bucket() { super::$scenario(super::world(super::Kind::S3Bucket).await).await }
+            #[tokio::test]
+            async fn gcs() { super::$scenario(super::world(super::Kind::Gcs).await).await }
+            #[tokio::test]
+            async fn azure() { super::$scenario(super::world(super::Kind::Azure).await).await }
         }
     )* };
 }

@@ -872,3 +872,97 @@ async fn fs_store_prunes_empty_folders_without_losing_a_write() {
         "the staged folders, emptied by the publishes, are gone ({pruned} pruned)"
     );
 }
+
+/// Deletes and replaces racing from one tag: exactly one of them wins, and what is left is
+/// what the winner did (on GCS the delete's precondition is a generation, on Azure an ETag).
+async fn conditional_delete_races(store: DynStore) {
+    for round in 0..4 {
+        let key = format!("dr/{round}.json");
+        let tag = store.put(&key, b("v0"), Condition::IfAbsent).await.unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let (store, key, tag) = (store.clone(), key.clone(), tag.clone());
+            tasks.push(tokio::spawn(async move {
+                if i % 2 == 0 {
+                    store
+                        .delete(&key, Condition::IfMatch(tag))
+                        .await
+                        .map(|_| None)
+                } else {
+                    store
+                        .put(&key, b(&format!("r{i}")), Condition::IfMatch(tag))
+                        .await
+                        .map(|_| Some(format!("r{i}")))
+                }
+            }));
+        }
+        let mut winners = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(w) => winners.push(w),
+                Err(StoreError::PreconditionFailed) => {}
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let left = store.get(&key).await.unwrap().map(|o| o.body);
+        assert_eq!(left, winners[0].as_deref().map(b), "round {round}");
+    }
+    store.delete_prefix("dr/").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gcs_store_conforms() {
+    let (store, _) = common::gcs_store("conf");
+    let store: DynStore = Arc::new(store);
+    conformance(store.clone()).await;
+    conditional_delete_races(store).await;
+    // A bucket that is not there is said so at the check a gateway makes at start.
+    let env = common::cloud_env();
+    let missing = lance_gateway::store::gcs::GcsStore::new(
+        &env.gcs_endpoint,
+        "lg-no-such-bucket",
+        "",
+        lance_gateway::store::gcs::GcsAuth::Anonymous,
+    )
+    .unwrap();
+    assert!(matches!(
+        missing.check().await,
+        Err(StoreError::NoSuchBucket(b)) if b == "lg-no-such-bucket"
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn azure_store_conforms() {
+    let (store, _) = common::azure_store("conf");
+    let store: DynStore = Arc::new(store);
+    conformance(store.clone()).await;
+    conditional_delete_races(store).await;
+    let env = common::cloud_env();
+    let missing = lance_gateway::store::azure::AzureStore::connect(
+        &env.azure_account,
+        Some(&env.azure_key),
+        Some(&env.azure_endpoint),
+        "lg-no-such-container",
+        "",
+    )
+    .unwrap();
+    assert!(matches!(
+        missing.check().await,
+        Err(StoreError::NoSuchBucket(b)) if b == "lg-no-such-container"
+    ));
+    // A key that signs nothing Azurite accepts is refused, not taken for a missing object.
+    let wrong = lance_gateway::store::azure::AzureStore::connect(
+        &env.azure_account,
+        Some("d3Jvbmcga2V5"),
+        Some(&env.azure_endpoint),
+        &env.bucket,
+        "",
+    )
+    .unwrap();
+    assert!(matches!(wrong.check().await, Err(StoreError::Other(_))));
+    assert!(matches!(
+        wrong.get("x.json").await,
+        Err(StoreError::Other(_))
+    ));
+}

@@ -39,6 +39,13 @@ pub enum Warehouse {
     S3Bucket { bucket: String, prefix: String },
     /// Every bucket on the endpoint; the first id part is the bucket.
     S3Endpoint,
+    /// A Google Cloud Storage bucket (`gs`) or an Azure container (`az`), with a key prefix
+    /// that is empty or ends in `/`.
+    Cloud {
+        scheme: &'static str,
+        bucket: String,
+        prefix: String,
+    },
 }
 
 /// An id placed in its cell: the key prefix of the cell (empty, or `<bucket>/`) and the id's
@@ -259,6 +266,11 @@ impl Layout {
             Warehouse::Local(root) => format!("file://{}/{}", root.display(), data_key),
             Warehouse::S3Bucket { bucket, prefix } => format!("s3://{bucket}/{prefix}{data_key}"),
             Warehouse::S3Endpoint => format!("s3://{data_key}"),
+            Warehouse::Cloud {
+                scheme,
+                bucket,
+                prefix,
+            } => format!("{scheme}://{bucket}/{prefix}{data_key}"),
         }
     }
 
@@ -298,8 +310,12 @@ impl Layout {
                     path.to_string()
                 }
             }
-            Warehouse::S3Bucket { bucket, prefix } => {
-                if let Some(rest) = location.strip_prefix("s3://") {
+            Warehouse::S3Bucket { bucket, prefix } | Warehouse::Cloud { bucket, prefix, .. } => {
+                let scheme = match &self.warehouse {
+                    Warehouse::Cloud { scheme, .. } => *scheme,
+                    _ => "s3",
+                };
+                if let Some(rest) = location.strip_prefix(&format!("{scheme}://")) {
                     let full = format!("{bucket}/{prefix}");
                     match rest.strip_prefix(&full) {
                         Some(r) => r.to_string(),
@@ -367,7 +383,9 @@ impl Layout {
                     format!("{root}/{key}")
                 }
             }
-            Warehouse::S3Bucket { prefix, .. } => format!("{prefix}{key}"),
+            Warehouse::S3Bucket { prefix, .. } | Warehouse::Cloud { prefix, .. } => {
+                format!("{prefix}{key}")
+            }
             Warehouse::S3Endpoint => key.split_once('/').map_or("", |(_, rest)| rest).to_string(),
         }
     }
@@ -375,7 +393,11 @@ impl Layout {
     /// `path` as `store_path_of` gives it, also accepted as a full URI (`s3://bucket/…`,
     /// `file:///…`), which the spec's examples show.
     pub fn plain_store_path(path: &str) -> &str {
-        if let Some(rest) = path.strip_prefix("s3://") {
+        if let Some(rest) = path
+            .strip_prefix("s3://")
+            .or_else(|| path.strip_prefix("gs://"))
+            .or_else(|| path.strip_prefix("az://"))
+        {
             rest.split_once('/').map_or("", |(_, p)| p)
         } else if let Some(rest) = path.strip_prefix("file://") {
             rest.trim_start_matches('/')
@@ -385,9 +407,14 @@ impl Layout {
     }
 
     /// Whether the store's ETags are the ones a Lance client's object store reports for the
-    /// same object (S3: the server's; a local folder: each side makes its own).
+    /// same object (S3 and Azure: the server's; a local folder: each side makes its own; GCS:
+    /// the catalog's tag is the object's generation, which object_store reports as its
+    /// version, not its ETag).
     pub fn shares_etags(&self) -> bool {
-        !matches!(self.warehouse, Warehouse::Local(_))
+        !matches!(
+            self.warehouse,
+            Warehouse::Local(_) | Warehouse::Cloud { scheme: "gs", .. }
+        )
     }
 
     pub fn root_uri(&self) -> String {
@@ -395,6 +422,11 @@ impl Layout {
             Warehouse::Local(root) => format!("file://{}", root.display()),
             Warehouse::S3Bucket { bucket, prefix } => format!("s3://{bucket}/{prefix}"),
             Warehouse::S3Endpoint => "s3://".to_string(),
+            Warehouse::Cloud {
+                scheme,
+                bucket,
+                prefix,
+            } => format!("{scheme}://{bucket}/{prefix}"),
         }
     }
 }

@@ -7,7 +7,9 @@
 //! Keys are relative to the warehouse. In endpoint mode (`s3://` alone) the first segment of
 //! every key is a bucket name.
 
+pub mod azure;
 pub mod fs;
+pub mod gcs;
 pub mod memory;
 pub mod metered;
 pub mod s3;

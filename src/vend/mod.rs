@@ -6,9 +6,12 @@
 //!
 //! Keys by policy: none; `static` (the same client keys for every caller); `gateway` (the
 //! gateway's own); `sts` (short-lived keys limited to the table's folder, read-only or
-//! read-write by the caller's access, see `sts.rs`). Every vend of keys is noted on the
+//! read-write by the caller's access, see `sts.rs`); `sas` (Azure: a short-lived SAS token
+//! likewise, see `sas.rs`). GCS and Azure warehouses vend the option names Lance's
+//! object_store reads for those clouds (`google_*`, `azure_storage_*`). Every vend of keys is noted on the
 //! request for the audit log, with only the first characters of the key id.
 
+pub mod sas;
 pub mod sts;
 
 use std::collections::HashMap;
@@ -23,9 +26,29 @@ use crate::error::{Error, Result};
 
 enum Keys {
     None,
-    Static { id: String, secret: String },
+    Static {
+        id: String,
+        secret: String,
+    },
     Gateway(SharedCredentialsProvider),
     Sts(Arc<sts::Sts>),
+    /// GCS: the gateway's own access token, as `google_storage_token`.
+    GcsToken(object_store::gcp::GcpCredentialProvider),
+    /// Azure: the account key.
+    AzureKey(String),
+    /// Azure: a SAS token per table and caller.
+    AzureSas(Arc<sas::Sas>),
+}
+
+/// How long a vended GCS access token is said to last: object_store renews the gateway's
+/// token when it has less than five minutes left, so one it hands out lasts at least that.
+const GCS_TOKEN_MS: u64 = 5 * 60 * 1000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
 }
 
 fn key_id_prefix(id: &str) -> String {
@@ -85,6 +108,83 @@ impl Vendor {
                     "the sts policy is set up with Vendor::with_sts",
                 ));
             }
+            CredentialPolicy::Sas => {
+                return Err(Error::invalid("the sas policy is for Azure warehouses"));
+            }
+        };
+        Ok(Vendor { base, keys })
+    }
+
+    /// A GCS warehouse: the base URL of an emulator (else Google's), unsigned requests for
+    /// one that checks no tokens, and under `gateway` the gateway's own access token.
+    pub fn gcs(
+        endpoint: Option<&str>,
+        anonymous: bool,
+        policy: CredentialPolicy,
+        own: Option<object_store::gcp::GcpCredentialProvider>,
+    ) -> Result<Self> {
+        let mut base = HashMap::new();
+        if let Some(endpoint) = endpoint {
+            base.insert(
+                "google_base_url".to_string(),
+                endpoint.trim_end_matches('/').to_string(),
+            );
+            if endpoint.starts_with("http://") {
+                base.insert("allow_http".to_string(), "true".to_string());
+            }
+        }
+        if anonymous {
+            base.insert("google_skip_signature".to_string(), "true".to_string());
+        }
+        let keys = match policy {
+            CredentialPolicy::None => Keys::None,
+            CredentialPolicy::Gateway => Keys::GcsToken(
+                own.ok_or_else(|| Error::invalid("the gateway has no GCS credentials to vend"))?,
+            ),
+            _ => return Err(Error::invalid("a GCS warehouse vends none or gateway")),
+        };
+        Ok(Vendor { base, keys })
+    }
+
+    /// An Azure warehouse: the account, the blob endpoint where it is not Azure's, and keys
+    /// by the policy (the account key, or a SAS per table).
+    pub fn azure(
+        account: &str,
+        endpoint: Option<&str>,
+        policy: CredentialPolicy,
+        key: Option<&str>,
+        sas: Option<sas::Sas>,
+    ) -> Result<Self> {
+        let mut base = HashMap::new();
+        base.insert(
+            "azure_storage_account_name".to_string(),
+            account.to_string(),
+        );
+        if let Some(endpoint) = endpoint {
+            base.insert(
+                "azure_storage_endpoint".to_string(),
+                endpoint.trim_end_matches('/').to_string(),
+            );
+            if endpoint.starts_with("http://") {
+                base.insert("allow_http".to_string(), "true".to_string());
+            }
+        }
+        let keys = match policy {
+            CredentialPolicy::None => Keys::None,
+            CredentialPolicy::Gateway => Keys::AzureKey(
+                key.ok_or_else(|| Error::invalid("the gateway has no Azure account key to vend"))?
+                    .to_string(),
+            ),
+            CredentialPolicy::Sas => {
+                Keys::AzureSas(Arc::new(sas.ok_or_else(|| {
+                    Error::invalid("the sas policy needs the account key")
+                })?))
+            }
+            _ => {
+                return Err(Error::invalid(
+                    "an Azure warehouse vends none, gateway or sas",
+                ));
+            }
         };
         Ok(Vendor { base, keys })
     }
@@ -107,12 +207,39 @@ impl Vendor {
         level: Level,
         with_credentials: bool,
     ) -> Result<HashMap<String, String>> {
+        if let Keys::AzureSas(sas) = &self.keys {
+            let mut map = self.base.clone();
+            if !with_credentials || level < Level::Read {
+                return Ok(map);
+            }
+            let write = level >= Level::Write;
+            let folder = table
+                .location
+                .strip_prefix("az://")
+                .and_then(|rest| rest.split_once('/'))
+                .map(|(_, path)| path.trim_end_matches('/'))
+                .ok_or_else(|| Error::internal("a table of an Azure warehouse", &table.location))?;
+            let issued = sas.issue(folder, write, now_ms());
+            crate::telemetry::vended("sas", if write { "write" } else { "read" });
+            ctx.note_vended(Vended {
+                access: if write { "write" } else { "read" },
+                key_id_prefix: key_id_prefix(&format!("sas:{}", folder)),
+                expires_at_ms: Some(issued.expires_at_ms),
+            });
+            map.insert("azure_storage_sas_token".into(), issued.token);
+            map.insert("expires_at_millis".into(), issued.expires_at_ms.to_string());
+            return Ok(map);
+        }
         let Keys::Sts(sts) = &self.keys else {
             let map = self.plain(with_credentials).await?;
-            if let Some(id) = map.get("aws_access_key_id") {
+            let id = map
+                .get("aws_access_key_id")
+                .or_else(|| map.get("google_storage_token"))
+                .or_else(|| map.get("azure_storage_account_key"));
+            if let Some(id) = id {
                 let policy = match self.keys {
-                    Keys::Gateway(_) => "gateway",
-                    _ => "static",
+                    Keys::Static { .. } => "static",
+                    _ => "gateway",
                 };
                 crate::telemetry::vended(policy, "all");
                 ctx.note_vended(Vended {
@@ -152,7 +279,21 @@ impl Vendor {
             return Ok(map);
         }
         match &self.keys {
-            Keys::None | Keys::Sts(_) => {}
+            Keys::None | Keys::Sts(_) | Keys::AzureSas(_) => {}
+            Keys::AzureKey(key) => {
+                map.insert("azure_storage_account_key".into(), key.clone());
+            }
+            Keys::GcsToken(provider) => {
+                let token = provider.get_credential().await.map_err(|e| {
+                    Error::unavailable("could not resolve the gateway's GCS credentials")
+                        .with_detail(e.to_string())
+                })?;
+                map.insert("google_storage_token".into(), token.bearer.clone());
+                map.insert(
+                    "expires_at_millis".into(),
+                    (now_ms() + GCS_TOKEN_MS).to_string(),
+                );
+            }
             Keys::Static { id, secret } => {
                 map.insert("aws_access_key_id".into(), id.clone());
                 map.insert("aws_secret_access_key".into(), secret.clone());

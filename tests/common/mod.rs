@@ -203,3 +203,80 @@ pub async fn s3_warehouse(
     };
     (s3_store(&env, client, root), warehouse)
 }
+
+/// The cloud storage emulators the test run started (fake-gcs-server and Azurite, see
+/// `scripts/test-all`), and the bucket and container made for the Rust suites there. The
+/// GCS and Azure suites fail, not skip, when they are missing.
+pub struct CloudEnv {
+    pub gcs_endpoint: String,
+    pub azure_endpoint: String,
+    pub azure_account: String,
+    pub azure_key: String,
+    pub bucket: String,
+}
+
+pub fn cloud_env() -> CloudEnv {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!("{name} is not set: run the suites through scripts/test-all, which starts the emulators")
+        })
+    };
+    CloudEnv {
+        gcs_endpoint: var("LANCE_GATEWAY_TEST_GCS_ENDPOINT"),
+        azure_endpoint: var("LANCE_GATEWAY_TEST_AZURE_ENDPOINT"),
+        azure_account: var("LANCE_GATEWAY_TEST_AZURE_ACCOUNT"),
+        azure_key: var("LANCE_GATEWAY_TEST_AZURE_KEY"),
+        bucket: var("LANCE_GATEWAY_TEST_CLOUD_BUCKET"),
+    }
+}
+
+/// A GCS store on fake-gcs-server, as the gateway builds it for an emulator (unsigned),
+/// under a prefix of its own; and the warehouse it is.
+pub fn gcs_store(
+    tag: &str,
+) -> (
+    lance_gateway::store::gcs::GcsStore,
+    lance_gateway::catalog::layout::Warehouse,
+) {
+    let env = cloud_env();
+    let prefix = format!("{}/", unique(tag));
+    let store = lance_gateway::store::gcs::GcsStore::new(
+        &env.gcs_endpoint,
+        &env.bucket,
+        &prefix,
+        lance_gateway::store::gcs::GcsAuth::Anonymous,
+    )
+    .unwrap();
+    let warehouse = lance_gateway::catalog::layout::Warehouse::Cloud {
+        scheme: "gs",
+        bucket: env.bucket,
+        prefix,
+    };
+    (store, warehouse)
+}
+
+/// An Azure store on Azurite, signed with the development account's key, under a prefix of
+/// its own; and the warehouse it is.
+pub fn azure_store(
+    tag: &str,
+) -> (
+    lance_gateway::store::azure::AzureStore,
+    lance_gateway::catalog::layout::Warehouse,
+) {
+    let env = cloud_env();
+    let prefix = format!("{}/", unique(tag));
+    let store = lance_gateway::store::azure::AzureStore::connect(
+        &env.azure_account,
+        Some(&env.azure_key),
+        Some(&env.azure_endpoint),
+        &env.bucket,
+        &prefix,
+    )
+    .unwrap();
+    let warehouse = lance_gateway::catalog::layout::Warehouse::Cloud {
+        scheme: "az",
+        bucket: env.bucket,
+        prefix,
+    };
+    (store, warehouse)
+}

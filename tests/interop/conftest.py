@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+import emulators
 import seaweedfs
 
 
@@ -120,6 +121,42 @@ def s3_gateway_setup(sw, warehouse: str, credentials: str = "static") -> tuple[l
         "LANCE_GATEWAY_CLIENT_SECRET_ACCESS_KEY": seaweedfs.CLIENT_SECRET,
     }
     return args, env
+
+
+@pytest.fixture(scope="session")
+def fake_gcs():
+    emu = emulators.start_gcs()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite():
+    emu = emulators.start_azurite()
+    yield emu
+    emu.stop()
+
+
+def cloud_gateway_setup(request, kind: str, credentials: str = "gateway") -> tuple[list[str], dict, dict]:
+    """A gateway's arguments for a fresh warehouse on an emulator (`gcs` or `azure`), its
+    environment, and what a client needs to open the warehouse's locations by itself."""
+    if kind == "gcs":
+        emu = request.getfixturevalue("fake_gcs")
+        bucket = emu.create_bucket()
+        # The gateway signs its requests and vends its own token, made with a service account
+        # key (fake-gcs-server checks neither: test_cloud_stores checks the token instead).
+        key_file = os.path.join(tempfile.mkdtemp(prefix="lg-gcs-key-"), "service-account.json")
+        emulators.service_account_key(key_file)
+        args = ["--warehouse", f"gs://{bucket}/wh", "--gcs-endpoint", emu.endpoint,
+                "--gcs-service-account-key", key_file]
+        env = {"LANCE_GATEWAY_CREDENTIALS": credentials}
+        return args, env, emu.storage_options()
+    emu = request.getfixturevalue("azurite")
+    container = emu.create_container()
+    args = ["--warehouse", f"az://{container}/wh", "--azure-account", emulators.AZURE_ACCOUNT,
+            "--azure-endpoint", emu.endpoint, "--azure-sas-scope", "container"]
+    env = {"LANCE_GATEWAY_AZURE_ACCESS_KEY": emulators.AZURE_KEY, "LANCE_GATEWAY_CREDENTIALS": credentials}
+    return args, env, emu.storage_options()
 
 
 def client_storage_options(sw) -> dict:

@@ -240,8 +240,8 @@ def grants_toml(rules: list[tuple[str, str, list[str], str]]) -> str:
 
 
 @contextlib.contextmanager
-def keyed_gateway(request, prefix: str, extra_args: tuple[str, ...] = ()):
-    """A gateway over the warehouse kind `request.param` (local or seaweedfs) with API keys
+def keyed_gateway(request, prefix: str, extra_args: tuple[str, ...] = (), kind: str | None = None):
+    """A gateway over the warehouse kind `request.param` (local, seaweedfs, gcs or azure) with API keys
     and grants: `app` writes under `base`, `viewer` reads, `ops` administers everything,
     `nobody` has a key and no grant. Yields {gw, keys, base, storage, args, env} (the last two
     start another gateway over the same warehouse)."""
@@ -249,8 +249,13 @@ def keyed_gateway(request, prefix: str, extra_args: tuple[str, ...] = ()):
     keys = {who: make_key(who) for who in ("app", "viewer", "ops", "nobody")}
     keys_file, grants_file = os.path.join(work, "keys"), os.path.join(work, "grants.toml")
     write(keys_file, "\n".join(line for _, line in keys.values()) + "\n")
-    if request.param == "local":
+    kind = kind or request.param
+    if kind == "local":
         args, env, base, storage = ["--warehouse", os.path.join(work, "wh")], {}, [], None
+    elif kind in ("gcs", "azure"):
+        from conftest import cloud_gateway_setup
+        args, env, storage = cloud_gateway_setup(request, kind)
+        base = []
     else:
         sw = request.getfixturevalue("seaweed")
         args, env = s3_gateway_setup(sw, "s3://")

@@ -42,7 +42,7 @@ class Objects:
 
     def __init__(self, managed):
         self.storage = managed["storage"]
-        if self.storage:
+        if self.storage and "aws_endpoint" in self.storage:
             self.s3 = boto3.client(
                 "s3", endpoint_url=self.storage["aws_endpoint"], region_name="us-east-1",
                 aws_access_key_id=self.storage["aws_access_key_id"],
@@ -85,6 +85,20 @@ class Objects:
             bucket = urllib.parse.urlparse(location).netloc
             out = self.s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
             return sorted(o["Key"][len(prefix):] for o in out)
+        if location.startswith(("gs://", "az://")):
+            import pyarrow.fs as pafs
+            if location.startswith("gs://"):
+                host = urllib.parse.urlparse(self.storage["google_base_url"]).netloc
+                fs = pafs.GcsFileSystem(anonymous=True, scheme="http", endpoint_override=host)
+            else:
+                import emulators
+                host = urllib.parse.urlparse(self.storage["azure_storage_endpoint"]).netloc
+                fs = pafs.AzureFileSystem(account_name=emulators.AZURE_ACCOUNT, account_key=emulators.AZURE_KEY,
+                                          blob_storage_authority=host, blob_storage_scheme="http",
+                                          dfs_storage_authority=host, dfs_storage_scheme="http")
+            folder = urllib.parse.urlparse(location).netloc + "/" + prefix
+            infos = fs.get_file_info(pafs.FileSelector(folder.rstrip("/"), allow_not_found=True))
+            return sorted(i.path[len(folder):] for i in infos)
         import os
         return sorted(os.listdir("/" + prefix))
 
