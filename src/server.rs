@@ -66,8 +66,10 @@ pub async fn build_parts(config: &Config, writes: bool) -> Result<Parts, String>
                 own_access: Vendor::local(),
             })
         }
-        WarehouseUri::Gcs { bucket, prefix } => gcs_parts(config, bucket, prefix),
-        WarehouseUri::Azure { container, prefix } => azure_parts(config, container, prefix),
+        WarehouseUri::Gcs { bucket, prefix } => checked(gcs_parts(config, bucket, prefix)?).await,
+        WarehouseUri::Azure { container, prefix } => {
+            checked(azure_parts(config, container, prefix)?).await
+        }
         WarehouseUri::S3Bucket { .. } | WarehouseUri::S3Endpoint => {
             let s3 = &config.s3;
             let mut loader = aws_config::defaults(BehaviorVersion::latest());
@@ -181,6 +183,29 @@ pub async fn build_parts(config: &Config, writes: bool) -> Result<Parts, String>
                 client_vendor,
                 own_access,
             })
+        }
+    }
+}
+
+/// A cloud warehouse is looked at once before anything is served: a bucket or container
+/// that is not there, or credentials the store refuses, stop the start with the setting to
+/// change. A store that cannot be reached at all is only warned of (it may come up after the
+/// gateway; `/readyz` says so until it does).
+async fn checked(parts: Parts) -> Result<Parts, String> {
+    use crate::store::StoreError;
+    match parts.store.check().await {
+        Ok(()) => Ok(parts),
+        Err(StoreError::NoSuchBucket(name)) => Err(format!(
+            "invalid setting `warehouse`: the bucket or container '{name}' does not exist"
+        )),
+        Err(StoreError::Denied(message)) => Err(format!(
+            "invalid setting `warehouse`: the store refuses the gateway's credentials: {}",
+            // One line: the store's answer may be a multi-line XML document.
+            message.split_whitespace().collect::<Vec<_>>().join(" ")
+        )),
+        Err(e) => {
+            tracing::warn!(error = %e, "the warehouse store is not reachable yet");
+            Ok(parts)
         }
     }
 }

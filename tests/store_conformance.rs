@@ -960,9 +960,13 @@ async fn azure_store_conforms() {
         "",
     )
     .unwrap();
-    assert!(matches!(wrong.check().await, Err(StoreError::Other(_))));
+    assert!(matches!(wrong.check().await, Err(StoreError::Denied(_))));
     assert!(matches!(
         wrong.get("x.json").await,
-        Err(StoreError::Other(_))
+        Err(StoreError::Denied(_))
+    ));
+    assert!(matches!(
+        wrong.put("x.json", b("x"), Condition::IfAbsent).await,
+        Err(StoreError::Denied(_))
     ));
 }

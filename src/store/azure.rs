@@ -104,9 +104,25 @@ impl AzureStore {
     }
 
     fn error(&self, what: &str, err: object_store::Error) -> StoreError {
-        match err {
+        match &err {
             object_store::Error::AlreadyExists { .. }
             | object_store::Error::Precondition { .. } => StoreError::PreconditionFailed,
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => {
+                StoreError::Denied(format!("Azure {what}: {err}"))
+            }
+            // Listings come back as generic errors that name Azure's code.
+            other
+                if [
+                    "AuthenticationFailed",
+                    "AuthorizationFailure",
+                    "403 Forbidden",
+                ]
+                .iter()
+                .any(|code| other.to_string().contains(code)) =>
+            {
+                StoreError::Denied(format!("Azure {what}: {other}"))
+            }
             other => StoreError::Other(format!("Azure {what}: {other}")),
         }
     }

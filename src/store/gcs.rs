@@ -173,10 +173,15 @@ impl GcsStore {
     async fn failed(what: &str, resp: Response) -> StoreError {
         let status = resp.status();
         let body = resp.text().await.unwrap_or_default();
-        StoreError::Other(format!(
+        let message = format!(
             "GCS {what}: {status}: {}",
             body.chars().take(300).collect::<String>()
-        ))
+        );
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            StoreError::Denied(message)
+        } else {
+            StoreError::Other(message)
+        }
     }
 
     /// One page of the bucket's listing under `prefix` (a store key prefix).

@@ -59,7 +59,10 @@ pub enum StoreError {
     /// The bucket (endpoint mode) does not exist.
     #[error("no such bucket: {0}")]
     NoSuchBucket(String),
-    /// Anything else: I/O, network, permissions, a malformed answer.
+    /// The store refused the credentials, or what they may do (401, 403).
+    #[error("access denied: {0}")]
+    Denied(String),
+    /// Anything else: I/O, network, a malformed answer.
     #[error("{0}")]
     Other(String),
 }

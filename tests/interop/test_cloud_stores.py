@@ -218,3 +218,31 @@ def test_sas_tokens_follow_the_callers_access_and_azurite_enforces_them(request,
     status, body, _ = call(uri, "POST", f"/v1/table/{enc(table_id)}/describe", {"id": table_id},
                            {"x-api-key": sas["keys"]["nobody"]})
     assert status in (403, 404), body
+
+
+def test_settings_the_store_refuses_stop_the_start(request, fake_gcs, azurite, tmp_path):
+    """A bucket or container that is not there, an account key the store refuses, a key that
+    is not a key, a service account file that is not one: one line naming the setting, exit
+    status 2, nothing served."""
+    azure = ["--azure-account", emulators.AZURE_ACCOUNT, "--azure-endpoint", azurite.endpoint]
+    bad_file = tmp_path / "not-a-key.json"
+    bad_file.write_text('{"client_email": "x"}')
+    cases = {
+        "no such container": ["--warehouse", "az://lg-not-there", *azure, "--azure-access-key", emulators.AZURE_KEY],
+        "refused key": ["--warehouse", f"az://{azurite.create_container()}", *azure,
+                        "--azure-access-key", "d3Jvbmcga2V5"],
+        "not a key": ["--warehouse", f"az://{azurite.create_container()}", *azure, "--azure-access-key", "no key!"],
+        "no such bucket": ["--warehouse", "gs://lg-not-there", "--gcs-endpoint", fake_gcs.endpoint,
+                           "--gcs-anonymous", "true"],
+        "not a service account": ["--warehouse", f"gs://{fake_gcs.create_bucket()}", "--gcs-endpoint",
+                                  fake_gcs.endpoint, "--gcs-service-account-key", str(bad_file)],
+        "abfss": ["--warehouse", "abfss://wh@acct.dfs.core.windows.net/lake"],
+        "sas without Azure": ["--warehouse", str(tmp_path / "wh"), "--credentials", "sas"],
+    }
+    for what, args in cases.items():
+        out = subprocess.run([gateway_binary(), "serve", "--listen", "127.0.0.1:0", *args],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, (what, out.returncode, out.stderr[-2000:])
+        line = out.stderr.strip().splitlines()[-1]
+        assert line.startswith("lance-gateway: invalid setting `"), (what, line)
+        assert "panicked" not in out.stderr, (what, out.stderr)
