@@ -104,7 +104,7 @@ def main():
             {"LANCE_GATEWAY_AZURE_ACCESS_KEY": emulators.AZURE_KEY},
             {"root": f"az://{container}/ref", **{f"storage.{k}": v for k, v in azurite.storage_options().items()}}),
     }
-    rows, counts = {}, {}
+    rows, counts, failed = {}, {}, {}
     try:
         for store, (gw_args, env, ref_props) in stores.items():
             for name in ("lance-gateway", "reference"):
@@ -123,6 +123,11 @@ def main():
                     rate = far.describe_throughput(port, wrk, args.seconds, tag)
                     if name == "lance-gateway":
                         counts[store] = requests_per(port, metrics_port, tag)
+                except RuntimeError as e:
+                    # A server that fails on a store is reported as such, and the run goes on.
+                    failed[(store, name)] = str(e)[:300]
+                    print(f"{store}: {name} failed: {e}", flush=True)
+                    continue
                 finally:
                     server.stop()
                 for op, ms in ops.items():
@@ -141,12 +146,14 @@ def main():
         for s, n in columns:
             v = rows.get((op, s, n))
             if v is None:
-                cells.append("not served")
+                cells.append("failed" if (s, n) in failed else "not served")
             elif v[1] is None:
                 cells.append(f"{v[0]:.0f}")
             else:
                 cells.append(f"{v[0]:.2f} / {v[1]:.2f}")
         print(f"| {op} | " + " | ".join(cells) + " |")
+    for (s, n), why in failed.items():
+        print(f"\n{s}, {n} failed: {why}")
     print()
     print("| store | store requests per declare | per describe |")
     print("|---|---:|---:|")
