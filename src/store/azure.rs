@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use object_store::azure::{AzureAuthorizer, MicrosoftAzure};
 use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::path::Path;
@@ -309,25 +308,11 @@ impl Store for AzureStore {
     }
 
     async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64> {
-        let mut deleted = 0u64;
-        loop {
-            let (n, more) = self.delete_batch(prefix, 1000).await?;
-            deleted += n;
-            if !more {
-                return Ok(deleted);
-            }
-        }
+        super::delete_in_batches(self, prefix).await
     }
 
     async fn delete_batch(&self, prefix: &str, limit: usize) -> StoreResult<(u64, bool)> {
-        let page = self.list(prefix, None, limit.max(1), false).await?;
-        let n = page.keys.len() as u64;
-        futures::stream::iter(page.keys)
-            .map(|k| async move { self.delete(&k, Condition::None).await })
-            .buffer_unordered(16)
-            .try_collect::<Vec<()>>()
-            .await?;
-        Ok((n, page.more))
+        super::delete_listed(self, prefix, limit).await
     }
 
     async fn bytes_under(&self, prefix: &str) -> StoreResult<Option<(u64, u64)>> {

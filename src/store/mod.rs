@@ -188,6 +188,40 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
+/// `delete_prefix` for a store whose `delete_batch` does the work: batches of 1 000 until
+/// none is left.
+pub(crate) async fn delete_in_batches<S: Store + ?Sized>(
+    store: &S,
+    prefix: &str,
+) -> StoreResult<u64> {
+    let mut deleted = 0u64;
+    loop {
+        let (n, more) = store.delete_batch(prefix, 1000).await?;
+        deleted += n;
+        if !more {
+            return Ok(deleted);
+        }
+    }
+}
+
+/// `delete_batch` for a store that deletes one object per request: a page of keys, sixteen
+/// deletes at a time.
+pub(crate) async fn delete_listed<S: Store + ?Sized>(
+    store: &S,
+    prefix: &str,
+    limit: usize,
+) -> StoreResult<(u64, bool)> {
+    use futures::{StreamExt, TryStreamExt};
+    let page = store.list(prefix, None, limit.max(1), false).await?;
+    let n = page.keys.len() as u64;
+    futures::stream::iter(page.keys)
+        .map(|k| async move { store.delete(&k, Condition::None).await })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok((n, page.more))
+}
+
 /// Whether `key` is a direct child of `prefix` (no `/` after it).
 pub(crate) fn is_shallow(prefix: &str, key: &str) -> bool {
     !key[prefix.len()..].contains('/')

@@ -265,14 +265,7 @@ impl Store for S3Store {
     }
 
     async fn delete_prefix(&self, prefix: &str) -> StoreResult<u64> {
-        let mut deleted = 0u64;
-        loop {
-            let (n, more) = self.delete_batch(prefix, 1000).await?;
-            deleted += n;
-            if !more {
-                return Ok(deleted);
-            }
-        }
+        super::delete_in_batches(self, prefix).await
     }
 
     async fn bytes_under(&self, prefix: &str) -> StoreResult<Option<(u64, u64)>> {

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
+
+from seaweedfs import free_port
 
 # Azurite's well-known development account (the one its documentation publishes).
 AZURE_ACCOUNT = "devstoreaccount1"
@@ -42,12 +43,6 @@ def _binary(env: str, default: str) -> str:
     if not os.path.exists(path):
         raise RuntimeError(f"{path} not found: run scripts/install-emulators first")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(url: str, proc: subprocess.Popen, log: str, ok=(200, 400, 403, 404)):
